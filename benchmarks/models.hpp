@@ -1,0 +1,60 @@
+#pragma once
+// Models the benchmarks share: a small pre-norm transformer block stack (multi-head attention
+// and an MLP per block, mean-pooled into a classifier).
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include <ftopt/detail/compat.hpp>
+
+namespace ftopt::bench {
+
+struct BlockImpl : torch::nn::Module {
+  BlockImpl(std::int64_t dim, std::int64_t heads)
+      : heads(heads),
+        norm1(register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})))),
+        qkv(register_module("qkv", torch::nn::Linear(dim, 3 * dim))),
+        proj(register_module("proj", torch::nn::Linear(dim, dim))),
+        norm2(register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})))),
+        fc1(register_module("fc1", torch::nn::Linear(dim, 4 * dim))),
+        fc2(register_module("fc2", torch::nn::Linear(4 * dim, dim))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const auto B = x.size(0), T = x.size(1), C = x.size(2);
+    auto parts = qkv(norm1(x)).view({B, T, 3, heads, C / heads}).permute({2, 0, 3, 1, 4});
+    auto attended = compat::scaled_dot_product_attention(parts[0], parts[1], parts[2]);
+    auto h = x + proj(attended.transpose(1, 2).reshape({B, T, C}));
+    return h + fc2(torch::gelu(fc1(norm2(h))));
+  }
+
+  std::int64_t heads;
+  torch::nn::LayerNorm norm1;
+  torch::nn::Linear qkv, proj;
+  torch::nn::LayerNorm norm2;
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Block);
+
+/// tokens [B, T, in] -> linear embedding -> blocks -> mean over T -> classes.
+struct TransformerImpl : torch::nn::Module {
+  TransformerImpl(std::int64_t in, std::int64_t dim, std::int64_t heads, std::int64_t depth,
+                  std::int64_t classes)
+      : embed(register_module("embed", torch::nn::Linear(in, dim))),
+        head(register_module("head", torch::nn::Linear(dim, classes))) {
+    for (std::int64_t i = 0; i < depth; ++i) blocks->push_back(Block(dim, heads));
+    register_module("blocks", blocks);
+  }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = embed(x);
+    for (auto& block : *blocks) h = block->as<BlockImpl>()->forward(h);
+    return head(h.mean(1));
+  }
+
+  torch::nn::Linear embed;
+  torch::nn::ModuleList blocks;
+  torch::nn::Linear head;
+};
+TORCH_MODULE(Transformer);
+
+} // namespace ftopt::bench

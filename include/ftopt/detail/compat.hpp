@@ -1,0 +1,116 @@
+#pragma once
+/// The one place that knows which LibTorch it is built against: 1.13 (Debian, CI) or 2.x (the
+/// pip wheel on GPU machines). Nothing else in ftopt tests TORCH_VERSION.
+///
+///   ftopt::compat::AutocastScope scope(torch::kCPU, torch::kBFloat16);   // like torch.autocast
+///   auto out = ftopt::compat::scaled_dot_product_attention(q, k, v);
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
+#define FTOPT_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||        \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace ftopt::compat {
+
+/// LibTorch's version, as (major, minor).
+inline constexpr int torch_major = TORCH_VERSION_MAJOR;
+inline constexpr int torch_minor = TORCH_VERSION_MINOR;
+
+/// Whether autocast is on for a device type (CPU or CUDA).
+inline bool autocast_enabled(c10::DeviceType device) {
+#if FTOPT_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(device);
+#else
+  return device == c10::DeviceType::CUDA ? at::autocast::is_enabled()
+                                         : at::autocast::is_cpu_enabled();
+#endif
+}
+
+/// The dtype autocast casts to on a device type.
+inline at::ScalarType autocast_dtype(c10::DeviceType device) {
+#if FTOPT_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(device);
+#else
+  return device == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                         : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+/// Turns autocast on or off for a device type, casting to `dtype`.
+inline void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dtype) {
+#if FTOPT_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(device, enabled);
+  at::autocast::set_autocast_dtype(device, dtype);
+#else
+  if (device == c10::DeviceType::CUDA) {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+#endif
+}
+
+/// RAII autocast, as Python's `with torch.autocast(device, dtype)`: saves the previous state,
+/// enables autocast on this thread, and on exit restores the state and clears the cache of
+/// cast weights when the outermost scope closes (so no stale low-precision copies outlive an
+/// optimizer step). Autocast state is thread-local: open the scope on the forward's thread.
+class AutocastScope {
+public:
+  AutocastScope(c10::DeviceType device, at::ScalarType dtype, bool enabled = true)
+      : device_(device), was_enabled_(autocast_enabled(device)), was_dtype_(autocast_dtype(device)) {
+    set_autocast(device, enabled, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    set_autocast(device_, was_enabled_, was_dtype_);
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+private:
+  c10::DeviceType device_;
+  bool was_enabled_;
+  at::ScalarType was_dtype_;
+};
+
+/// softmax(q k^T / sqrt(d) + mask) v over the last two dims, with optional causal masking and
+/// dropout on the attention weights. q: [..., L, d], k and v: [..., S, d]; a boolean mask is true
+/// where attention is allowed, a float mask is added. On LibTorch >= 2.0 this is
+/// at::scaled_dot_product_attention (flash / memory-efficient kernels where they apply); on 1.13
+/// it is the same math written out (the private 1.13 op changed its signature in 2.0).
+inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& v,
+                                               const std::optional<at::Tensor>& mask = std::nullopt,
+                                               double dropout_p = 0.0, bool is_causal = false) {
+#if FTOPT_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).mul(scale);
+  if (is_causal) {
+    auto allowed = at::ones({q.size(-2), k.size(-2)}, q.options().dtype(at::kBool)).tril();
+    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  }
+  if (mask) {
+    if (mask->scalar_type() == at::kBool)
+      scores = scores.masked_fill(mask->logical_not(), -std::numeric_limits<double>::infinity());
+    else
+      scores = scores + *mask;
+  }
+  at::Tensor weights = at::softmax(scores, -1);
+  if (dropout_p > 0.0) weights = at::dropout(weights, dropout_p, /*train=*/true);
+  return at::matmul(weights, v);
+#endif
+}
+
+} // namespace ftopt::compat

@@ -1,0 +1,45 @@
+#pragma once
+/// One consteval check per Trainer slot. Each stops at its first failure, so a wrong argument
+/// gives one sentence, not a cascade: another axis's policy in the slot, a type that is no
+/// policy, or a policy missing hooks of its axis's concept.
+
+#include <ftopt/axis.hpp>
+#include <ftopt/detail/dependent_false.hpp>
+#include <ftopt/memory/concept.hpp>
+#include <ftopt/parallel/concept.hpp>
+#include <ftopt/peft/concept.hpp>
+#include <ftopt/precision/concept.hpp>
+#include <ftopt/quant/concept.hpp>
+
+// The messages differ only in names, and static_assert takes only string literals (before
+// C++26), so the five checks are stamped from one macro.
+#define FTOPT_DETAIL_SLOT_CHECK(Axis, ns, ordinal, baseline)                                    \
+  template <class P>                                                                            \
+  consteval bool check_##ns##_slot() {                                                          \
+    if constexpr (AnyPolicy<P> && !PolicyOf<P, axis::Axis>)                                     \
+      static_assert(dependent_false<P>,                                                         \
+                    "ftopt::Trainer<Precision, Peft, Memory, Parallel, Quant>: the " #Axis     \
+                    " slot (" ordinal ") holds a policy of another axis; put a " #ns           \
+                    ":: policy there (e.g. " #ns "::" #baseline ") and mind the order.");      \
+    else if constexpr (!AnyPolicy<P>)                                                           \
+      static_assert(dependent_false<P>,                                                         \
+                    "ftopt::Trainer: the " #Axis " argument is not a policy: a " #Axis        \
+                    " policy declares `using axis = ftopt::axis::" #Axis ";` (e.g. " #ns      \
+                    "::" #baseline ").");                                                       \
+    else if constexpr (!ns::Policy<P>)                                                          \
+      static_assert(dependent_false<P>,                                                         \
+                    "ftopt::Trainer: the " #Axis " policy does not model ftopt::" #ns          \
+                    "::Policy: a hook is missing or has the wrong signature; the list is in "  \
+                    "include/ftopt/" #ns "/concept.hpp.");                                      \
+    return true;                                                                                \
+  }
+
+namespace ftopt::detail {
+FTOPT_DETAIL_SLOT_CHECK(Precision, precision, "1st", Fp32)
+FTOPT_DETAIL_SLOT_CHECK(Peft, peft, "2nd", Full)
+FTOPT_DETAIL_SLOT_CHECK(Memory, memory, "3rd", None)
+FTOPT_DETAIL_SLOT_CHECK(Parallel, parallel, "4th", Single)
+FTOPT_DETAIL_SLOT_CHECK(Quant, quant, "5th", None)
+} // namespace ftopt::detail
+
+#undef FTOPT_DETAIL_SLOT_CHECK

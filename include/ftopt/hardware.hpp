@@ -1,0 +1,134 @@
+#pragma once
+/// Hardware set-up and the one-line report printed when training starts.
+///
+///   auto report = ftopt::hardware::configure();      // intra-op threads from the machine
+///   std::cerr << report.summary() << '\n';
+///   // LibTorch 1.13.0 | BLAS OpenBLAS 0.3.21 ... | threads 2 | bf16 yes | VNNI yes | device cpu
+
+#include <dlfcn.h>
+#include <link.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <ftopt/error.hpp>
+
+namespace ftopt::hardware {
+
+/// What configure() found and set.
+struct Report {
+  std::string libtorch;      ///< e.g. "1.13.0"
+  std::string blas;          ///< the BLAS library ATen's BLAS calls land in, as loaded
+  int threads = 1;           ///< intra-op threads now set
+  bool bf16 = false;         ///< the CPU has native bf16 dot products (avx512_bf16)
+  bool vnni = false;         ///< the CPU has int8 dot products (avx512_vnni), for int8 Linear
+  std::string device;        ///< "cpu" or "cuda (N devices)"
+
+  std::string summary() const {
+    std::ostringstream line;
+    line << "LibTorch " << libtorch << " | BLAS " << blas << " | threads " << threads
+         << " | bf16 " << (bf16 ? "yes" : "no") << " | VNNI " << (vnni ? "yes" : "no")
+         << " | device " << device;
+    return line.str();
+  }
+};
+
+/// Settings for configure().
+struct Options {
+  /// Intra-op threads; 0 picks OMP_NUM_THREADS when set, else the CPUs this process may use.
+  int threads = 0;
+};
+
+/// CPUs this process may run on (its affinity mask), at least 1.
+inline int available_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+namespace detail {
+
+inline int threads_from(const Options& options) {
+  ftopt::detail::check(options.threads >= 0,
+                       "hardware::Options: threads must be >= 0 (0 = automatic), got ",
+                       options.threads);
+  if (options.threads > 0) return options.threads;
+  if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
+    char* end = nullptr;
+    long n = std::strtol(omp, &end, 10);
+    if (end != omp && *end == '\0' && n > 0) return static_cast<int>(n);
+  }
+  return available_cpus();
+}
+
+/// The loaded shared object that provides BLAS, with its real path (Debian switches libblas.so.3
+/// between reference BLAS and OpenBLAS through alternatives symlinks).
+inline std::string loaded_blas() {
+  std::string found;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        std::string name = info->dlpi_name ? info->dlpi_name : "";
+        if (name.find("libblas") == std::string::npos &&
+            name.find("openblas") == std::string::npos && name.find("mkl") == std::string::npos)
+          return 0;
+        std::error_code ec;
+        auto real = std::filesystem::canonical(name, ec);
+        *static_cast<std::string*>(out) = ec ? name : real.string();
+        return 1;
+      },
+      &found);
+  using OpenblasConfig = char* (*)();
+  if (auto config = reinterpret_cast<OpenblasConfig>(dlsym(RTLD_DEFAULT, "openblas_get_config")))
+    return config();   // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
+  if (found.empty()) return "built in or unknown";
+  if (found.find("blas/libblas") != std::string::npos)
+    return "reference BLAS (slow: install libopenblas0-openmp) " + found;
+  return found;
+}
+
+inline bool cpu_supports_bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+inline bool cpu_supports_vnni() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+} // namespace detail
+
+/// Sets the intra-op thread count and reports the machine. LibTorch's own default here is 1
+/// thread on a 2-CPU machine; training wants them all.
+inline Report configure(const Options& options = {}) {
+  int threads = detail::threads_from(options);
+  if (at::get_num_threads() != threads) at::set_num_threads(threads);
+  Report report;
+  report.libtorch = TORCH_VERSION;
+  report.blas = detail::loaded_blas();
+  report.threads = at::get_num_threads();
+  report.bf16 = detail::cpu_supports_bf16();
+  report.vnni = detail::cpu_supports_vnni();
+  report.device = torch::cuda::is_available()
+                      ? "cuda (" + std::to_string(torch::cuda::device_count()) + " devices)"
+                      : "cpu";
+  return report;
+}
+
+} // namespace ftopt::hardware

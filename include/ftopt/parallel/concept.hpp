@@ -1,0 +1,47 @@
+#pragma once
+/// ftopt::parallel::Policy: how ranks share the work and agree on gradients and metrics.
+///
+/// Minimal complete definition, for a policy P:
+///   using axis = ftopt::axis::Parallel;
+///   void setup(torch::nn::Module&, const std::vector<torch::Tensor>& trainable);
+///                                                once, after the model is on its device: join
+///                                                the process group, broadcast the weights,
+///                                                hook the gradient reduction
+///   void before_forward(bool sync);              sync: this micro-batch ends an optimizer step
+///   void before_backward(const torch::Tensor& output, bool sync);
+///   void after_backward(bool sync);              gradients are reduced when this returns, if sync
+///   torch::Tensor reduce_sum(const torch::Tensor&);   the sum over ranks (metrics)
+///   int rank() const;  int world_size() const;
+/// Optional: `void validate() const`.
+///
+/// Laws:
+///   - after after_backward(true) every rank holds the same gradients: the mean over ranks of
+///     the gradients it would hold alone;
+///   - after_backward(false) leaves gradients local (DDP's no_sync for accumulation);
+///   - reduce_sum on one rank is the identity.
+///
+/// Models: parallel::Single.
+
+#include <concepts>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include <ftopt/axis.hpp>
+
+namespace ftopt::parallel {
+
+template <class P>
+concept Policy = PolicyOf<P, axis::Parallel> && std::movable<P> &&
+    requires(P& p, const P& cp, torch::nn::Module& module, const std::vector<torch::Tensor>& ts,
+             const torch::Tensor& t, bool sync) {
+      p.setup(module, ts);
+      p.before_forward(sync);
+      p.before_backward(t, sync);
+      p.after_backward(sync);
+      { p.reduce_sum(t) } -> std::convertible_to<torch::Tensor>;
+      { cp.rank() } -> std::convertible_to<int>;
+      { cp.world_size() } -> std::convertible_to<int>;
+    };
+
+} // namespace ftopt::parallel

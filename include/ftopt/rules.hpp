@@ -1,0 +1,36 @@
+#pragma once
+/// The rules that forbid combinations of policies across axes, checked when a Trainer type is
+/// instantiated. Each rule reads properties that policies declare as static members, so the
+/// rule holds for every policy with that property, ours or a user's:
+///   Precision: `static constexpr c10::ScalarType autocast_dtype`   (absent: no autocast)
+///   Quant:     `static constexpr bool fake_quant_training`         (absent: false)
+/// A broken rule is one static_assert with a sentence naming the axes, the policies' property
+/// and the fix; the compiler's note names the policies.
+
+#include <c10/core/ScalarType.h>
+
+#include <ftopt/detail/dependent_false.hpp>
+
+namespace ftopt::rules {
+
+/// The precision policy's forward runs under fp16 autocast.
+template <class Precision>
+inline constexpr bool autocasts_to_fp16 =
+    requires { requires Precision::autocast_dtype == c10::ScalarType::Half; };
+
+/// The quant policy's training forward runs fake-quantized (QAT).
+template <class Quant>
+inline constexpr bool trains_fake_quantized = requires { requires Quant::fake_quant_training; };
+
+/// true, or a static_assert naming the first rule the combination breaks.
+template <class Precision, class Peft, class Memory, class Parallel, class Quant>
+consteval bool check_combination() {
+  if constexpr (autocasts_to_fp16<Precision> && trains_fake_quantized<Quant>)
+    static_assert(detail::dependent_false<Precision, Quant>,
+                  "ftopt::Trainer: fake-quant training (this Quant policy) cannot run under fp16 "
+                  "autocast (this Precision policy): ftopt computes fake-quant scales and zero "
+                  "points in float32 only; use precision::Bf16Mixed or precision::Fp32 with it.");
+  return true;
+}
+
+} // namespace ftopt::rules

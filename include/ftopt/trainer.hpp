@@ -1,0 +1,456 @@
+#pragma once
+/// ftopt::Trainer<Precision, Peft, Memory, Parallel, Quant>: a training loop assembled at compile
+/// time from one policy per axis. Each axis is a concept (include/ftopt/<axis>/concept.hpp);
+/// the Trainer holds one policy of each and calls them through that protocol, so a policy
+/// that does nothing compiles to nothing.
+///
+///   ftopt::Trainer<> trainer({.epochs = 3});                 // Fp32, Full, None, Single, None
+///   auto& params = trainer.prepare(model);                   // attach; the trainable parameters
+///   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(1e-3));
+///   auto summary = trainer.fit(model, optimizer, train_batches, ftopt::callbacks::ProgressBar{});
+///   auto test = trainer.evaluate(model, test_batches);
+///   trainer.finalize(model);                                  // merge adapters, quantize
+///
+/// One micro-batch (train_step), fully specialized:
+///   precision scope { out = memory.forward(model, x) }; loss = loss_fn(precision.loss_input(out), y)
+///   parallel.before_backward; precision.backward(loss / accumulation); parallel.after_backward
+///   on the last micro-batch of a window: precision.unscale; clip; lr schedule;
+///   precision.step; precision.update; gradients set to none.
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <ranges>
+#include <tuple>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <torch/cuda.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/utils.h>
+
+#include <ftopt/batch.hpp>
+#include <ftopt/callbacks/callback.hpp>
+#include <ftopt/detail/clip_grad_norm.hpp>
+#include <ftopt/detail/slot_checks.hpp>
+#include <ftopt/error.hpp>
+#include <ftopt/hardware.hpp>
+#include <ftopt/memory/none.hpp>
+#include <ftopt/model.hpp>
+#include <ftopt/parallel/single.hpp>
+#include <ftopt/peft/full.hpp>
+#include <ftopt/precision/fp32.hpp>
+#include <ftopt/quant/none.hpp>
+#include <ftopt/rules.hpp>
+#include <ftopt/state.hpp>
+#include <ftopt/trainer_options.hpp>
+
+namespace ftopt {
+
+/// What train_step did.
+struct StepResult {
+  torch::Tensor loss;     ///< this micro-batch's loss, detached, before division by accumulation
+  bool stepped = false;   ///< the optimizer stepped after this micro-batch
+};
+
+template <class Precision = precision::Fp32, class Peft = peft::Full,
+          class Memory = memory::None, class Parallel = parallel::Single,
+          class Quant = quant::None>
+class Trainer {
+  static_assert(detail::check_precision_slot<Precision>());
+  static_assert(detail::check_peft_slot<Peft>());
+  static_assert(detail::check_memory_slot<Memory>());
+  static_assert(detail::check_parallel_slot<Parallel>());
+  static_assert(detail::check_quant_slot<Quant>());
+  static_assert(rules::check_combination<Precision, Peft, Memory, Parallel, Quant>());
+
+  using Clock = std::chrono::steady_clock;
+
+public:
+  using precision_type = Precision;
+  using peft_type = Peft;
+  using memory_type = Memory;
+  using parallel_type = Parallel;
+  using quant_type = Quant;
+
+  /// Takes the settings and one policy per axis; throws ftopt::Error naming a bad value.
+  explicit Trainer(TrainerOptions options = {}, Precision precision = {}, Peft peft = {},
+                   Memory memory = {}, Parallel parallel = {}, Quant quant = {})
+      : options_(std::move(options)), precision_(std::move(precision)), peft_(std::move(peft)),
+        memory_(std::move(memory)), parallel_(std::move(parallel)), quant_(std::move(quant)),
+        device_(options_.device.value_or(default_device())) {
+    options_.validate();
+    detail::validate_policy(precision_);
+    detail::validate_policy(peft_);
+    detail::validate_policy(memory_);
+    detail::validate_policy(parallel_);
+    detail::validate_policy(quant_);
+  }
+
+  /// Moves the model to the device and applies the policies (peft attach, quant prepare,
+  /// precision prepare, parallel setup). Returns the parameters to build the optimizer from.
+  /// Calling it again for the same model returns the same parameters.
+  template <class M>
+  const std::vector<torch::Tensor>& prepare(M& model) {
+    static_assert(detail::check_model<M>());
+    torch::nn::Module& module = detail::module_of(model);
+    if (prepared_ == &module) return trainable_;
+    module.to(device_);
+    peft_.attach(module);
+    quant_.prepare(module);
+    precision_.prepare(module);
+    trainable_ = peft_.trainable_parameters(module);
+    detail::check(!trainable_.empty(), "Trainer::prepare: the model has no trainable parameters (",
+                  module.parameters().size(), " parameters, none requires grad)");
+    parallel_.setup(module, trainable_);
+    prepared_ = &module;
+    return trainable_;
+  }
+
+  /// Trains for options().epochs passes over `batches`, calling the callbacks' hooks.
+  template <class M, class R, class... Callbacks>
+  FitSummary fit(M& model, torch::optim::Optimizer& optimizer, R&& batches,
+                 Callbacks&&... callbacks) {
+    static_assert(detail::check_model<M>() && detail::check_batches<R>());
+    require_prepared(model, optimizer);
+    auto hooks = std::forward_as_tuple(callbacks...);
+    begin_fit(optimizer, steps_per_epoch(batches));
+    FitSummary summary;
+    const auto fit_start = Clock::now();
+    detail::call_hooks(hooks, detail::on_fit_begin, run_.fit);
+    for (std::int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
+      begin_epoch(epoch);
+      detail::module_of(model).train();
+      detail::call_hooks(hooks, detail::on_epoch_begin, run_.fit);
+      bool stop = run_epoch(model, optimizer, batches, hooks);
+      summary.epochs.push_back(end_epoch(optimizer));
+      stop |= detail::call_hooks(hooks, detail::on_epoch_end, run_.fit, summary.epochs.back());
+      if (stop) {
+        summary.stopped_early = true;
+        break;
+      }
+    }
+    summary.seconds = seconds_since(fit_start);
+    detail::call_hooks(hooks, detail::on_fit_end, summary);
+    return summary;
+  }
+
+  /// One micro-batch: forward, loss, backward, and the optimizer step when it closes an
+  /// accumulation window (or `ends_epoch`). Needs prepare(model) first.
+  template <class M, class B>
+  StepResult train_step(M& model, torch::optim::Optimizer& optimizer, const B& batch,
+                        bool ends_epoch = false) {
+    static_assert(detail::check_model<M>());
+    static_assert(Batch<B>, "ftopt::Trainer::train_step: the batch must be an (input, target) "
+                            "pair of tensors or have .data and .target (include/ftopt/batch.hpp).");
+    auto t0 = Clock::now();
+    const torch::Tensor input = to_device(input_of(batch));
+    const torch::Tensor target = to_device(target_of(batch));
+    const std::int64_t accumulation = memory_.accumulation();
+    const bool sync = ends_epoch || micro_ + 1 == accumulation;
+
+    parallel_.before_forward(sync);
+    torch::Tensor output;
+    {
+      [[maybe_unused]] auto scope = precision_.forward_scope();
+      output = memory_.forward(model, input);
+    }
+    torch::Tensor loss = options_.loss(precision_.loss_input(output), target);
+    if (options_.on_non_finite_loss == NonFiniteLoss::Error) check_finite(loss);
+    auto t1 = Clock::now();
+
+    parallel_.before_backward(output, sync);
+    precision_.backward(accumulation == 1 ? loss : loss / static_cast<double>(accumulation));
+    parallel_.after_backward(sync);
+    auto t2 = Clock::now();
+
+    ++micro_;
+    if (sync) optimizer_step(optimizer);
+    record(loss, output, target);
+    auto t3 = Clock::now();
+    run_.phases.forward += seconds_between(t0, t1);
+    run_.phases.backward += seconds_between(t1, t2);
+    run_.phases.optimizer += seconds_between(t2, t3);
+    return {run_.fit.loss, sync};
+  }
+
+  /// Mean loss and accuracy of the model over `batches`, without gradients, in eval mode.
+  template <class M, class R>
+  EvalStats evaluate(M& model, R&& batches) {
+    static_assert(detail::check_model<M>() && detail::check_batches<R>());
+    torch::nn::Module& module = detail::module_of(model);
+    const bool was_training = module.is_training();
+    module.eval();
+    torch::NoGradGuard no_grad;
+    const auto start = Clock::now();
+    Meter meter(device_);
+    for (auto&& batch : batches) {
+      const torch::Tensor input = to_device(input_of(batch));
+      const torch::Tensor target = to_device(target_of(batch));
+      torch::Tensor output;
+      {
+        [[maybe_unused]] auto scope = precision_.forward_scope();
+        output = model->forward(input);
+      }
+      meter.add(options_.loss(precision_.loss_input(output), target), output, target);
+    }
+    module.train(was_training);
+    auto totals = meter.reduced(parallel_);
+    return {totals.samples, totals.mean_loss(), totals.accuracy(), seconds_since(start)};
+  }
+
+  /// After training: merges adapters (Peft) and converts to the inference model (Quant).
+  template <Model M>
+  void finalize(M& model) {
+    torch::nn::Module& module = detail::module_of(model);
+    peft_.merge(module);
+    quant_.convert(module);
+  }
+
+  const TrainerOptions& options() const { return options_; }
+  torch::Device device() const { return device_; }
+  const std::vector<torch::Tensor>& trainable_parameters() const { return trainable_; }
+  Precision& precision() { return precision_; }
+  Peft& peft() { return peft_; }
+  Memory& memory() { return memory_; }
+  Parallel& parallel() { return parallel_; }
+  Quant& quant() { return quant_; }
+
+private:
+  /// Running sums of loss and top-1 hits, kept on the device (no sync per step).
+  struct Meter {
+    explicit Meter(torch::Device device)
+        : loss_sum(torch::zeros({}, torch::dtype(torch::kDouble).device(device))),
+          correct(torch::zeros({}, torch::dtype(torch::kDouble).device(device))) {}
+
+    void add(const torch::Tensor& loss, const torch::Tensor& output, const torch::Tensor& target) {
+      const std::int64_t n = output.dim() > 0 ? output.size(0) : 1;
+      loss_sum.add_(loss.detach(), static_cast<double>(n));
+      samples += n;
+      if (output.dim() == 2 && target.dim() == 1 && !target.is_floating_point()) {
+        correct.add_(output.argmax(1).eq(target).sum());
+        classified += n;
+      }
+    }
+
+    struct Totals {
+      std::int64_t samples = 0, classified = 0;
+      double loss_sum = 0, correct = 0;
+      double mean_loss() const { return samples ? loss_sum / static_cast<double>(samples) : 0.0; }
+      std::optional<double> accuracy() const {
+        if (classified == 0) return std::nullopt;
+        return correct / static_cast<double>(classified);
+      }
+    };
+
+    /// The sums over all ranks, in one collective.
+    Totals reduced(Parallel& parallel) const {
+      auto local = torch::stack({loss_sum, correct,
+                                 torch::scalar_tensor(static_cast<double>(samples), loss_sum.options()),
+                                 torch::scalar_tensor(static_cast<double>(classified), loss_sum.options())});
+      auto all = parallel.reduce_sum(local).to(torch::kCPU);
+      auto v = all.template accessor<double, 1>();
+      return {static_cast<std::int64_t>(v[2]), static_cast<std::int64_t>(v[3]), v[0], v[1]};
+    }
+
+    torch::Tensor loss_sum, correct;
+    std::int64_t samples = 0, classified = 0;
+  };
+
+  /// Per-fit and per-epoch state.
+  struct RunState {
+    FitState fit;
+    PhaseTimes phases;
+    std::optional<Meter> meter;
+    std::vector<double> base_lrs;
+    std::optional<schedule::WarmupCosine> schedule;  ///< with total_steps filled in
+    std::int64_t epoch_optimizer_steps = 0;
+    Clock::time_point epoch_start;
+  };
+
+  static torch::Device default_device() {
+    return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  }
+
+  static double seconds_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  }
+  static double seconds_since(Clock::time_point a) { return seconds_between(a, Clock::now()); }
+
+  torch::Tensor to_device(const torch::Tensor& t) const {
+    return t.device() == device_ ? t : t.to(device_, /*non_blocking=*/true);
+  }
+
+  template <Model M>
+  void require_prepared(M& model, const torch::optim::Optimizer& optimizer) const {
+    detail::check(prepared_ == &detail::module_of(model),
+                  "Trainer::fit: call trainer.prepare(model) first and build the optimizer from "
+                  "the parameters it returns (it attaches the Peft policy and moves the model)");
+    std::unordered_set<const void*> trainable;
+    for (const auto& p : trainable_) trainable.insert(p.unsafeGetTensorImpl());
+    std::size_t held = 0, foreign = 0;
+    for (const auto& group : optimizer.param_groups())
+      for (const auto& p : group.params()) {
+        ++held;
+        if (!trainable.count(p.unsafeGetTensorImpl())) ++foreign;
+      }
+    detail::check(foreign == 0 && held == trainable_.size(),
+                  "Trainer::fit: the optimizer holds ", held, " parameters, ", foreign,
+                  " of them not trainable under the Peft policy, but prepare() returned ",
+                  trainable_.size(), "; build the optimizer from prepare()'s result");
+  }
+
+  template <class R>
+  static std::optional<std::int64_t> steps_per_epoch(R& batches) {
+    if constexpr (std::ranges::sized_range<R>)
+      return static_cast<std::int64_t>(std::ranges::size(batches));
+    else
+      return std::nullopt;
+  }
+
+  void begin_fit(torch::optim::Optimizer& optimizer, std::optional<std::int64_t> steps) {
+    auto report = hardware::configure(options_.hardware);
+    if (options_.report_hardware && parallel_.rank() == 0 && !reported_) {
+      *options_.log << "ftopt: " << report.summary() << '\n';
+      reported_ = true;
+    }
+    run_ = RunState{};
+    run_.fit.epochs = options_.epochs;
+    run_.fit.steps_per_epoch = steps;
+    run_.fit.rank = parallel_.rank();
+    run_.fit.world_size = parallel_.world_size();
+    for (auto& group : optimizer.param_groups()) run_.base_lrs.push_back(group.options().get_lr());
+    run_.fit.lr = run_.base_lrs.empty() ? 0.0 : run_.base_lrs.front();
+    run_.schedule = options_.schedule;
+    if (run_.schedule && run_.schedule->total_steps == 0) {
+      detail::check(steps.has_value(),
+                    "TrainerOptions::schedule: total_steps is 0 and the batch range has no "
+                    "size to derive it from; set schedule->total_steps");
+      const std::int64_t accumulation = memory_.accumulation();
+      run_.schedule->total_steps = options_.epochs * ((*steps + accumulation - 1) / accumulation);
+    }
+    micro_ = 0;
+    zero_grad();
+  }
+
+  void begin_epoch(std::int64_t epoch) {
+    auto& s = run_.fit;
+    s.epoch = epoch;
+    s.step = 0;
+    s.samples = 0;
+    s.classified = 0;
+    s.epoch_seconds = 0;
+    run_.meter.emplace(device_);
+    s.loss_sum = run_.meter->loss_sum;
+    s.correct = run_.meter->correct;
+    run_.phases = {};
+    run_.epoch_optimizer_steps = 0;
+    run_.epoch_start = Clock::now();
+  }
+
+  template <Model M, class R, class Hooks>
+  bool run_epoch(M& model, torch::optim::Optimizer& optimizer, R& batches, Hooks& hooks) {
+    auto wait_start = Clock::now();
+    auto it = std::ranges::begin(batches);
+    const auto end = std::ranges::end(batches);
+    detail::check(it != end, "Trainer::fit: the batch range is empty in epoch ", run_.fit.epoch);
+    while (it != end) {
+      decltype(auto) batch = *it;
+      const torch::Tensor input = input_of(batch), target = target_of(batch);
+      ++it;
+      const bool last = it == end;
+      run_.phases.data += seconds_since(wait_start);
+      train_step(model, optimizer, std::pair{input, target}, last);
+      auto& s = run_.fit;
+      ++s.step;
+      s.samples = run_.meter->samples;
+      s.classified = run_.meter->classified;
+      s.epoch_seconds = seconds_since(run_.epoch_start);
+      if (detail::call_hooks(hooks, detail::on_step_end, s)) {
+        if (micro_ > 0) zero_grad();  // a window cut short: its gradients are dropped
+        micro_ = 0;
+        return true;
+      }
+      wait_start = Clock::now();
+    }
+    return false;
+  }
+
+  EpochStats end_epoch(torch::optim::Optimizer& optimizer) {
+    const auto& s = run_.fit;
+    auto totals = run_.meter->reduced(parallel_);
+    EpochStats stats;
+    stats.epoch = s.epoch;
+    stats.steps = s.step;
+    stats.optimizer_steps = run_.epoch_optimizer_steps;
+    stats.samples = totals.samples;
+    stats.loss = totals.mean_loss();
+    stats.accuracy = totals.accuracy();
+    stats.seconds = seconds_since(run_.epoch_start);
+    stats.samples_per_second = stats.seconds > 0 ? totals.samples / stats.seconds : 0.0;
+    stats.lr = optimizer.param_groups().empty() ? 0.0 : optimizer.param_groups().front().options().get_lr();
+    stats.phases = run_.phases;
+    return stats;
+  }
+
+  void check_finite(const torch::Tensor& loss) {
+    const double value = loss.item<double>();
+    if (std::isfinite(value)) [[likely]] return;
+    zero_grad();
+    micro_ = 0;
+    detail::fail("Trainer: the loss is ", value, " at epoch ", run_.fit.epoch, ", step ",
+                 run_.fit.step, " (0-based); no backward or optimizer step was run for it, so "
+                 "the weights are those after optimizer step ", run_.fit.optimizer_steps);
+  }
+
+  void optimizer_step(torch::optim::Optimizer& optimizer) {
+    precision_.unscale(optimizer);
+    if (options_.clip_grad_norm > 0) detail::clip_grad_norm(trainable_, options_.clip_grad_norm);
+    if (run_.schedule) apply_schedule(optimizer);
+    if (precision_.step(optimizer)) {
+      ++run_.fit.optimizer_steps;
+      ++run_.epoch_optimizer_steps;
+    }
+    precision_.update();
+    zero_grad();
+    micro_ = 0;
+  }
+
+  void apply_schedule(torch::optim::Optimizer& optimizer) {
+    const double factor = run_.schedule->factor(run_.fit.optimizer_steps);
+    auto& groups = optimizer.param_groups();
+    for (std::size_t i = 0; i < groups.size() && i < run_.base_lrs.size(); ++i)
+      groups[i].options().set_lr(run_.base_lrs[i] * factor);
+    if (!run_.base_lrs.empty()) run_.fit.lr = run_.base_lrs.front() * factor;
+  }
+
+  /// Gradients set to none (PyTorch 2.x's zero_grad default): the next backward writes them
+  /// fresh instead of adding to zeros.
+  void zero_grad() {
+    for (auto& p : trainable_) p.mutable_grad().reset();
+  }
+
+  void record(const torch::Tensor& loss, const torch::Tensor& output, const torch::Tensor& target) {
+    run_.fit.loss = loss.detach();
+    if (!run_.meter) run_.meter.emplace(device_);  // train_step called outside fit
+    run_.meter->add(loss, output, target);
+  }
+
+  TrainerOptions options_;
+  Precision precision_;
+  Peft peft_;
+  Memory memory_;
+  Parallel parallel_;
+  Quant quant_;
+  torch::Device device_;
+  const torch::nn::Module* prepared_ = nullptr;
+  std::vector<torch::Tensor> trainable_;
+  std::int64_t micro_ = 0;  ///< micro-batches in the open accumulation window
+  bool reported_ = false;
+  RunState run_;
+};
+
+} // namespace ftopt

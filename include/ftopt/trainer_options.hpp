@@ -1,0 +1,58 @@
+#pragma once
+/// TrainerOptions: the run-time settings of a Trainer that belong to no policy axis.
+///
+///   ftopt::TrainerOptions options{.epochs = 3, .clip_grad_norm = 1.0,
+///                                 .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 50}};
+
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <optional>
+
+#include <torch/nn/functional/loss.h>
+#include <torch/types.h>
+
+#include <ftopt/error.hpp>
+#include <ftopt/hardware.hpp>
+#include <ftopt/schedule/warmup_cosine.hpp>
+
+namespace ftopt {
+
+/// What fit does when a micro-batch's loss is NaN or infinite.
+enum class NonFiniteLoss {
+  Error,  ///< throw ftopt::Error naming the epoch and step; the weights stay as they were
+  Skip,   ///< skip that micro-batch (no backward), count it in EpochStats::skipped
+};
+
+/// The loss: (model output, target) -> scalar mean loss. Cross-entropy by default.
+using LossFunction = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>;
+
+inline torch::Tensor cross_entropy(const torch::Tensor& output, const torch::Tensor& target) {
+  return torch::nn::functional::cross_entropy(output, target);
+}
+
+struct TrainerOptions {
+  std::int64_t epochs = 1;
+  /// Clip the global L2 norm of the trainable gradients to this value; 0 turns clipping off.
+  double clip_grad_norm = 0.0;
+  std::optional<schedule::WarmupCosine> schedule;
+  /// Where the model and batches go; unset: CUDA when available, else the CPU.
+  std::optional<torch::Device> device;
+  LossFunction loss = cross_entropy;
+  NonFiniteLoss on_non_finite_loss = NonFiniteLoss::Error;
+  hardware::Options hardware;
+  /// Print the one-line hardware report at the start of fit (rank 0 only).
+  bool report_hardware = true;
+  std::ostream* log = &std::cerr;
+
+  void validate() const {
+    detail::check(epochs >= 1, "TrainerOptions: epochs must be >= 1, got ", epochs);
+    detail::check(clip_grad_norm >= 0.0,
+                  "TrainerOptions: clip_grad_norm must be >= 0 (0 = off), got ", clip_grad_norm);
+    detail::check(static_cast<bool>(loss), "TrainerOptions: loss is empty");
+    detail::check(log != nullptr, "TrainerOptions: log is null");
+    if (schedule) schedule->validate();
+  }
+};
+
+} // namespace ftopt

@@ -1,0 +1,56 @@
+#pragma once
+// Helpers shared by the test sources.
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <ftopt/error.hpp>
+#include <ftopt/models/mlp.hpp>
+
+namespace ftopt::test {
+
+/// The message of the ftopt::Error that f throws, or a note that it threw none.
+inline std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ftopt::Error& e) {
+    return e.what();
+  }
+  return "(no ftopt::Error thrown)";
+}
+
+/// Deep copies of a module's parameters, in order.
+inline std::vector<torch::Tensor> snapshot(torch::nn::Module& module) {
+  std::vector<torch::Tensor> copies;
+  for (auto& p : module.parameters()) copies.push_back(p.detach().clone());
+  return copies;
+}
+
+inline bool same_values(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!torch::equal(a[i], b[i])) return false;
+  return true;
+}
+
+/// A small classifier, the same weights for the same seed.
+inline models::Mlp small_mlp(std::uint64_t seed = 1, double dropout = 0.0) {
+  torch::manual_seed(seed);
+  return models::Mlp({.in = 6, .hidden = {16}, .out = 3, .dropout = dropout});
+}
+
+using Batches = std::vector<std::pair<torch::Tensor, torch::Tensor>>;
+
+/// `count` batches of `size` random samples for small_mlp.
+inline Batches random_batches(int count, int size, std::uint64_t seed = 2) {
+  torch::manual_seed(seed);
+  Batches batches;
+  for (int i = 0; i < count; ++i)
+    batches.emplace_back(torch::randn({size, 6}), torch::randint(0, 3, {size}));
+  return batches;
+}
+
+} // namespace ftopt::test
