@@ -10,6 +10,7 @@
 //     --benchmark_report_aggregates_only=true   (one command line)
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -32,8 +33,7 @@ double median(std::vector<double> v) {
 struct HandLoop {
   torch::optim::Optimizer& optimizer;
   std::vector<torch::Tensor> params;
-  torch::Tensor loss_sum = torch::zeros({}, torch::kDouble);
-  torch::Tensor correct = torch::zeros({}, torch::kDouble);
+  torch::Tensor loss_sum, correct;
 
   template <class M>
   void step(M& model, const torch::Tensor& x, const torch::Tensor& y) {
@@ -48,33 +48,46 @@ struct HandLoop {
   }
 };
 
+/// The CPU, or CUDA when FTOPT_DEVICE=cuda (benchmarks/gpu/run.sh sets it).
+torch::Device bench_device() {
+  const char* name = std::getenv("FTOPT_DEVICE");
+  return name ? torch::Device(name) : torch::Device(torch::kCPU);
+}
+
 template <class MakeModel>
 void side_by_side(benchmark::State& state, MakeModel make_model, torch::Tensor x, torch::Tensor y) {
   at::set_num_threads(1);
+  const auto device = bench_device();
+  x = x.to(device), y = y.to(device);
   torch::manual_seed(0);
   auto hand_model = make_model();
+  hand_model->to(device);
   torch::manual_seed(0);
   auto trainer_model = make_model();
-  ftopt::Trainer<> trainer({.device = torch::kCPU, .report_hardware = false});
+  ftopt::Trainer<> trainer({.device = device, .report_hardware = false});
   torch::optim::AdamW trainer_opt(trainer.prepare(trainer_model), torch::optim::AdamWOptions(1e-4));
   torch::optim::AdamW hand_opt(hand_model->parameters(), torch::optim::AdamWOptions(1e-4));
-  HandLoop hand{hand_opt, hand_model->parameters()};
+  const auto sums = torch::TensorOptions().dtype(torch::kDouble).device(device);
+  HandLoop hand{hand_opt, hand_model->parameters(), torch::zeros({}, sums), torch::zeros({}, sums)};
   const std::pair<torch::Tensor, torch::Tensor> batch{x, y};
   for (int i = 0; i < 5; ++i) {  // warm up both
     hand.step(hand_model, x, y);
     trainer.train_step(trainer_model, trainer_opt, batch);
   }
+  if (device.is_cuda()) torch::cuda::synchronize();
   std::vector<double> hand_s, trainer_s;
   bool trainer_first = false;
   for (auto _ : state) {
     auto time_hand = [&] {
       auto t0 = Clock::now();
       hand.step(hand_model, x, y);
+      if (device.is_cuda()) torch::cuda::synchronize();
       hand_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     };
     auto time_trainer = [&] {
       auto t0 = Clock::now();
       trainer.train_step(trainer_model, trainer_opt, batch);
+      if (device.is_cuda()) torch::cuda::synchronize();
       trainer_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     };
     if (trainer_first) time_trainer(), time_hand();

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU check, for the machine the `device` tool lends (H200, pip torch 2.x with CUDA, no
+# internet). One call, under 8 minutes: build ftopt's tests and benchmarks against the wheel's
+# LibTorch, run the tests and the benchmarks on CUDA, write everything under $OUT, and print a
+# short table last.
+#
+#   run: bash benchmarks/gpu/run.sh        (from the repository root; $OUT set by the tool)
+#
+# Header-only dependencies (range-v3, Boost.Hana, Catch2) must be findable there; if the
+# machine lacks them, carry a prefix holding them and point FTOPT_GPU_PREFIX at it.
+# Status: written without a GPU session; the first session with one runs and fixes it.
+set -euo pipefail
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+build=${FTOPT_GPU_BUILD:-build-gpu}
+torch_dir=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')/Torch
+prefix_args=()
+if [ -n "${FTOPT_GPU_PREFIX:-}" ]; then prefix_args=(-DCMAKE_PREFIX_PATH="$FTOPT_GPU_PREFIX"); fi
+
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+} > "$OUT/machine.txt" 2>&1
+
+status() { printf '%-28s %s\n' "$1" "$2" >> "$OUT/summary.txt"; }
+: > "$OUT/summary.txt"
+
+if cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" \
+     -DFTOPT_HEADER_CHECK=OFF "${prefix_args[@]}" > "$OUT/configure.log" 2>&1; then
+  status configure ok
+else
+  status configure "FAILED (configure.log)"
+fi
+if cmake --build "$build" --parallel 16 > "$OUT/build.log" 2>&1; then
+  status build ok
+else
+  status build "FAILED (build.log)"
+fi
+if [ -x "$build/tests/ftopt_tests" ]; then
+  if (cd "$build" && timeout 240 ctest --output-on-failure --parallel 8 -E "compile_fail|consumer") \
+       > "$OUT/ctest.log" 2>&1; then
+    status tests "$(grep -E 'tests passed' "$OUT/ctest.log" | tail -1)"
+  else
+    status tests "FAILED: $(grep -E 'tests passed' "$OUT/ctest.log" | tail -1) (ctest.log)"
+  fi
+fi
+if [ -x "$build/benchmarks/bench_trainer_overhead" ]; then
+  FTOPT_DEVICE=cuda timeout 120 "$build/benchmarks/bench_trainer_overhead" \
+    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+    > "$OUT/bench_trainer_overhead.txt" 2>&1 || true
+  grep _median "$OUT/bench_trainer_overhead.txt" | sed 's/^/  /' >> "$OUT/summary.txt" || true
+fi
+cat "$OUT/machine.txt"
+cat "$OUT/summary.txt"
