@@ -23,3 +23,9 @@
 #include <ftopt/state.hpp>
 #include <ftopt/trainer.hpp>
 #include <ftopt/trainer_options.hpp>
+#include <ftopt/models/resnet.hpp>
+#include <ftopt/models/vit.hpp>
+#include <ftopt/nn/conv2d.hpp>
+#include <ftopt/nn/linear.hpp>
+#include <ftopt/nn/names.hpp>
+#include <ftopt/weights/files.hpp>

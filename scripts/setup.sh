@@ -18,6 +18,7 @@ packages=(
   libboost-dev             # Boost.Hana
   librange-v3-dev          # the Pipeline's range adaptors
   zlib1g-dev               # gzipped IDX files
+  nlohmann-json3-dev       # safetensors headers (JSON)
   libturbojpeg0-dev        # JPEG decoding
   catch2                   # tests (Catch2 v2)
   libbenchmark-dev         # benchmarks

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <variant>
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
@@ -111,6 +112,19 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
   if (dropout_p > 0.0) weights = at::dropout(weights, dropout_p, /*train=*/true);
   return at::matmul(weights, v);
 #endif
+}
+
+/// Variant access for LibTorch's option variants: c10::variant on 1.13, std::variant on 2.x.
+/// Argument-dependent lookup picks the right holds_alternative / get for either.
+template <class T, class Variant>
+bool holds(const Variant& v) {
+  using std::holds_alternative;
+  return holds_alternative<T>(v);
+}
+template <class T, class Variant>
+const T& get(const Variant& v) {
+  using std::get;
+  return get<T>(v);
 }
 
 } // namespace ftopt::compat

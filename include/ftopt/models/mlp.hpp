@@ -1,5 +1,6 @@
 #pragma once
-/// models::Mlp: a multi-layer perceptron, flatten -> (Linear -> ReLU -> Dropout)* -> Linear.
+/// models::Mlp: a multi-layer perceptron, flatten -> (Linear -> ReLU -> Dropout)* -> Linear,
+/// with ftopt's nn::Linear so Peft and Quant policies can attach.
 /// Parameter names follow a Python `nn.Sequential` registered as `layers` ("layers.0.weight",
 /// "layers.3.bias", ...), so a state dict of the same layout matches by name.
 ///
@@ -15,10 +16,10 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/dropout.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
 #include <ftopt/error.hpp>
+#include <ftopt/nn/linear.hpp>
 
 namespace ftopt::models {
 
@@ -29,11 +30,11 @@ struct MlpOptions {
   double dropout = 0.0;
 
   void validate() const {
-    detail::check(in >= 1, "MlpOptions: in must be >= 1, got ", in);
-    detail::check(out >= 1, "MlpOptions: out must be >= 1, got ", out);
+    ftopt::detail::check(in >= 1, "MlpOptions: in must be >= 1, got ", in);
+    ftopt::detail::check(out >= 1, "MlpOptions: out must be >= 1, got ", out);
     for (std::size_t i = 0; i < hidden.size(); ++i)
-      detail::check(hidden[i] >= 1, "MlpOptions: hidden[", i, "] must be >= 1, got ", hidden[i]);
-    detail::check(dropout >= 0.0 && dropout < 1.0,
+      ftopt::detail::check(hidden[i] >= 1, "MlpOptions: hidden[", i, "] must be >= 1, got ", hidden[i]);
+    ftopt::detail::check(dropout >= 0.0 && dropout < 1.0,
                   "MlpOptions: dropout must be in [0, 1), got ", dropout);
   }
 };
@@ -44,12 +45,12 @@ public:
     options_.validate();
     std::int64_t width = options_.in;
     for (auto h : options_.hidden) {
-      layers_->push_back(torch::nn::Linear(width, h));
+      layers_->push_back(nn::Linear(width, h));
       layers_->push_back(torch::nn::ReLU());
       if (options_.dropout > 0) layers_->push_back(torch::nn::Dropout(options_.dropout));
       width = h;
     }
-    layers_->push_back(torch::nn::Linear(width, options_.out));
+    layers_->push_back(nn::Linear(width, options_.out));
     register_module("layers", layers_);
   }
 

@@ -1,0 +1,40 @@
+#pragma once
+/// Extension<Layer>: what a Peft or Quant policy attaches to one of ftopt's drop-in layers to
+/// change its forward (a LoRA branch, an int8 kernel, fake-quant). The layer calls
+/// `extension->forward(layer, input)` instead of its own computation; the extension can still
+/// call `layer.base_forward(input)`. Parameters an extension owns are registered on the layer
+/// (e.g. "query.lora_A.weight"), so they live in the module tree by name.
+///
+///   struct Doubling : ftopt::nn::Extension<ftopt::nn::LinearImpl> {
+///     torch::Tensor forward(ftopt::nn::LinearImpl& l, const torch::Tensor& x) override {
+///       return 2 * l.base_forward(x);
+///     }
+///   };
+///   linear->attach(std::make_shared<Doubling>());
+
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+
+namespace ftopt::nn {
+
+template <class Layer>
+struct Extension {
+  virtual ~Extension() = default;
+  virtual at::Tensor forward(Layer& layer, const at::Tensor& input) = 0;
+};
+
+/// The attach point a layer holds: empty unless a policy attached something. With nothing
+/// attached the layer pays one pointer test per forward (benchmarks/layers.cpp measures it).
+template <class Layer>
+class Attachable {
+public:
+  void attach(std::shared_ptr<Extension<Layer>> extension) { extension_ = std::move(extension); }
+  void detach() { extension_.reset(); }
+  const std::shared_ptr<Extension<Layer>>& extension() const { return extension_; }
+
+protected:
+  std::shared_ptr<Extension<Layer>> extension_;
+};
+
+} // namespace ftopt::nn
