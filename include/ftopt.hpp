@@ -29,3 +29,4 @@
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/weights/files.hpp>
+#include <ftopt/data/subsets.hpp>

@@ -18,6 +18,8 @@
 ///   precision.step; precision.update; gradients set to none.
 
 #include <chrono>
+#include <filesystem>
+#include <mutex>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -30,6 +32,8 @@
 #include <torch/cuda.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 #include <torch/utils.h>
 
 #include <ftopt/batch.hpp>
@@ -47,8 +51,17 @@
 #include <ftopt/rules.hpp>
 #include <ftopt/state.hpp>
 #include <ftopt/trainer_options.hpp>
+#include <ftopt/detail/atomic_file.hpp>
+#include <ftopt/detail/checkpoint_state.hpp>
+#include <ftopt/weights/state_dict.hpp>
 
 namespace ftopt {
+
+/// How far training has come: what a checkpoint restores.
+struct Progress {
+  std::int64_t epochs = 0;           ///< epochs completed
+  std::int64_t optimizer_steps = 0;  ///< optimizer steps taken
+};
 
 /// What train_step did.
 struct StepResult {
@@ -120,13 +133,21 @@ public:
     begin_fit(optimizer, steps_per_epoch(batches));
     FitSummary summary;
     const auto fit_start = Clock::now();
+    const Progress start = std::exchange(resume_, Progress{});
+    run_.fit.optimizer_steps = start.optimizer_steps;
     detail::call_hooks(hooks, detail::on_fit_begin, run_.fit);
-    for (std::int64_t epoch = 0; epoch < options_.epochs; ++epoch) {
+    for (std::int64_t epoch = start.epochs; epoch < options_.epochs; ++epoch) {
       begin_epoch(epoch);
       detail::module_of(model).train();
+      if constexpr (requires { batches.set_epoch(std::uint64_t{}); })
+        batches.set_epoch(static_cast<std::uint64_t>(epoch));
       detail::call_hooks(hooks, detail::on_epoch_begin, run_.fit);
       bool stop = run_epoch(model, optimizer, batches, hooks);
       summary.epochs.push_back(end_epoch(optimizer));
+      progress_ = {epoch + 1, run_.fit.optimizer_steps};
+      if (options_.checkpoint && parallel_.rank() == 0 &&
+          ((epoch + 1) % options_.checkpoint->every_epochs == 0 || epoch + 1 == options_.epochs))
+        save_checkpoint(options_.checkpoint->path, model, optimizer);
       stop |= detail::call_hooks(hooks, detail::on_epoch_end, run_.fit, summary.epochs.back());
       if (stop) {
         summary.stopped_early = true;
@@ -209,6 +230,85 @@ public:
     peft_.merge(module);
     quant_.convert(module);
   }
+
+  /// Writes model, optimizer, progress, the policies' own state and the RNG states to `path`,
+  /// atomically (a temporary file renamed into place): an interrupted save leaves the last
+  /// good checkpoint whole.
+  template <class M>
+  void save_checkpoint(const std::filesystem::path& path, M& model, torch::optim::Optimizer& optimizer) const {
+    static_assert(detail::check_model<M>());
+    torch::serialize::OutputArchive archive;
+    for (const auto& item : weights::state_dict(detail::module_of(model)))
+      archive.write("model." + item.key(), item.value(), /*is_buffer=*/true);
+    torch::serialize::OutputArchive optimizer_archive;
+    optimizer.save(optimizer_archive);
+    archive.write("optimizer", optimizer_archive);
+    archive.write("progress.epochs", torch::tensor(progress_.epochs));
+    archive.write("progress.optimizer_steps", torch::tensor(progress_.optimizer_steps));
+    // The schedule scales the optimizer's lr in place, so the lrs it scales from are kept too.
+    archive.write("progress.base_lrs", torch::tensor(run_.base_lrs, torch::kDouble));
+    for (const auto& [name, state] : detail::rng_states()) archive.write("rng." + name, state);
+    detail::for_each_policy_state(std::tie(precision_, peft_, memory_, parallel_, quant_),
+                                  [&](auto& policy, const std::string& axis) {
+                                    torch::serialize::OutputArchive own;
+                                    policy.save_state(own);
+                                    archive.write("policy." + axis, own);
+                                  });
+    ftopt::detail::write_atomically(path, "Trainer::save_checkpoint",
+                                    [&](std::ostream& out) { archive.save_to(out); });
+  }
+
+  /// Restores what save_checkpoint wrote: model (strictly, by name), optimizer, RNG states and
+  /// policy state; the next fit continues after the checkpoint's epoch, with the same
+  /// learning-rate schedule and data order as a run that was never interrupted.
+  template <class M>
+  void load_checkpoint(const std::filesystem::path& path, M& model, torch::optim::Optimizer& optimizer) {
+    static_assert(detail::check_model<M>());
+    const std::string where = "Trainer::load_checkpoint: " + path.string();
+    detail::check(std::filesystem::is_regular_file(path), where, ": no such file");
+    torch::serialize::InputArchive archive;
+    try {
+      archive.load_from(path.string());
+    } catch (const c10::Error& e) {
+      detail::fail(where, ": not a checkpoint (", e.what_without_backtrace(), ")");
+    }
+    torch::nn::Module& module = detail::module_of(model);
+    weights::StateDict state;
+    for (const auto& item : weights::state_dict(module)) {
+      torch::Tensor t;
+      if (archive.try_read("model." + item.key(), t, /*is_buffer=*/true)) state.insert(item.key(), t);
+    }
+    weights::load_state_dict(module, state, {}, where);
+    torch::serialize::InputArchive optimizer_archive;
+    detail::check(archive.try_read("optimizer", optimizer_archive), where, ": has no optimizer state");
+    optimizer.load(optimizer_archive);
+    torch::Tensor epochs, steps;
+    detail::check(archive.try_read("progress.epochs", epochs) && archive.try_read("progress.optimizer_steps", steps),
+                  where, ": has no progress record");
+    for (auto& [name, generator] : detail::rng_generators()) {
+      torch::Tensor state_tensor;
+      if (archive.try_read("rng." + name, state_tensor)) {
+        std::lock_guard<std::mutex> lock(generator.mutex());
+        generator.set_state(state_tensor);
+      }
+    }
+    detail::for_each_policy_state(std::tie(precision_, peft_, memory_, parallel_, quant_),
+                                  [&](auto& policy, const std::string& axis) {
+                                    torch::serialize::InputArchive own;
+                                    detail::check(archive.try_read("policy." + axis, own), where,
+                                                  ": has no state for the ", axis, " policy");
+                                    policy.load_state(own);
+                                  });
+    torch::Tensor base_lrs;
+    if (archive.try_read("progress.base_lrs", base_lrs) && base_lrs.numel() > 0) {
+      auto values = base_lrs.contiguous();
+      resume_base_lrs_.assign(values.data_ptr<double>(), values.data_ptr<double>() + values.numel());
+    }
+    resume_ = progress_ = {epochs.item<std::int64_t>(), steps.item<std::int64_t>()};
+  }
+
+  /// Epochs and optimizer steps done by the last fit (or restored by load_checkpoint).
+  Progress progress() const { return progress_; }
 
   const TrainerOptions& options() const { return options_; }
   torch::Device device() const { return device_; }
@@ -322,7 +422,9 @@ private:
     run_.fit.steps_per_epoch = steps;
     run_.fit.rank = parallel_.rank();
     run_.fit.world_size = parallel_.world_size();
-    for (auto& group : optimizer.param_groups()) run_.base_lrs.push_back(group.options().get_lr());
+    if (!resume_base_lrs_.empty()) run_.base_lrs = std::exchange(resume_base_lrs_, {});
+    else
+      for (auto& group : optimizer.param_groups()) run_.base_lrs.push_back(group.options().get_lr());
     run_.fit.lr = run_.base_lrs.empty() ? 0.0 : run_.base_lrs.front();
     run_.schedule = options_.schedule;
     if (run_.schedule && run_.schedule->total_steps == 0) {
@@ -451,6 +553,9 @@ private:
   std::int64_t micro_ = 0;  ///< micro-batches in the open accumulation window
   bool reported_ = false;
   RunState run_;
+  Progress progress_;  ///< after the last epoch of the last fit
+  Progress resume_;    ///< where the next fit starts (set by load_checkpoint)
+  std::vector<double> resume_base_lrs_;  ///< the schedule's base lrs, from load_checkpoint
 };
 
 } // namespace ftopt

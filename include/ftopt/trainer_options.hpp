@@ -5,6 +5,7 @@
 ///                                 .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 50}};
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -31,6 +32,12 @@ inline torch::Tensor cross_entropy(const torch::Tensor& output, const torch::Ten
   return torch::nn::functional::cross_entropy(output, target);
 }
 
+/// Where and how often fit writes a checkpoint (model, optimizer, progress, RNG states).
+struct CheckpointOptions {
+  std::filesystem::path path;
+  std::int64_t every_epochs = 1;  ///< and always after the last epoch
+};
+
 struct TrainerOptions {
   std::int64_t epochs = 1;
   /// Clip the global L2 norm of the trainable gradients to this value; 0 turns clipping off.
@@ -44,6 +51,8 @@ struct TrainerOptions {
   /// Print the one-line hardware report at the start of fit (rank 0 only).
   bool report_hardware = true;
   std::ostream* log = &std::cerr;
+  /// Write a checkpoint during fit (rank 0 only), atomically; see Trainer::load_checkpoint.
+  std::optional<CheckpointOptions> checkpoint;
 
   void validate() const {
     detail::check(epochs >= 1, "TrainerOptions: epochs must be >= 1, got ", epochs);
@@ -52,6 +61,11 @@ struct TrainerOptions {
     detail::check(static_cast<bool>(loss), "TrainerOptions: loss is empty");
     detail::check(log != nullptr, "TrainerOptions: log is null");
     if (schedule) schedule->validate();
+    if (checkpoint) {
+      detail::check(!checkpoint->path.empty(), "TrainerOptions: checkpoint.path is empty");
+      detail::check(checkpoint->every_epochs >= 1, "TrainerOptions: checkpoint.every_epochs must be >= 1, got ",
+                    checkpoint->every_epochs);
+    }
   }
 };
 

@@ -16,7 +16,10 @@
 #include <ftopt/data/fashion_mnist.hpp>
 #include <ftopt/data/idx.hpp>
 
+#include "../support.hpp"
+
 namespace fs = std::filesystem;
+using ftopt::test::message_of;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -49,15 +52,6 @@ std::vector<unsigned char> header(unsigned char type, const std::vector<std::uin
   std::vector<unsigned char> out{0, 0, type, static_cast<unsigned char>(sizes.size())};
   for (auto s : sizes) put_be32(out, s);
   return out;
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ftopt::Error& e) {
-    return e.what();
-  }
-  return "(no ftopt::Error thrown)";
 }
 
 } // namespace

@@ -1,6 +1,7 @@
 #pragma once
 /// TensorBatches: mini-batches from tensors held in memory, reshuffled each pass (epoch).
-/// A sized, re-iterable range of (input, target) pairs, so fit can run several epochs over it.
+/// A sized, re-iterable range of (input, target) pairs, so fit can run several epochs over it;
+/// pass e is shuffled with seed + e.
 /// (The Pipeline, with workers, caching and device stages, builds on the same idea.)
 ///
 ///   ftopt::data::TensorBatches train(images, labels, {.batch_size = 64, .seed = 1});
@@ -70,11 +71,15 @@ public:
     std::int64_t batch_ = 0;
   };
 
-  /// Starts a pass: a new permutation when shuffling (seed + pass number).
+  /// The epoch the next pass shuffles for (DistributedSampler's set_epoch): fit calls it, so a
+  /// resumed run sees the same order as an uninterrupted one. Each pass advances it by one.
+  void set_epoch(std::uint64_t epoch) { epoch_ = epoch; }
+
+  /// Starts a pass: a new permutation when shuffling, drawn from seed + epoch.
   iterator begin() const {
     at::Tensor order;
     if (options_.shuffle) {
-      auto generator = at::make_generator<at::CPUGeneratorImpl>(options_.seed + passes_++);
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(options_.seed + epoch_++);
       order = at::randperm(inputs_.size(0), generator, at::TensorOptions().dtype(at::kLong));
     }
     return {this, order, 0};
@@ -90,7 +95,7 @@ private:
 
   at::Tensor inputs_, targets_;
   TensorBatchesOptions options_;
-  mutable std::uint64_t passes_ = 0;
+  mutable std::uint64_t epoch_ = 0;
 };
 
 } // namespace ftopt::data
