@@ -14,6 +14,8 @@
 
 #include <ftopt.hpp>
 
+#include "args.hpp"
+
 namespace {
 
 struct Args {
@@ -23,23 +25,15 @@ struct Args {
   std::string data = ftopt::data::default_fashion_mnist_dir().string();
 };
 
-std::int64_t positive(std::string_view flag, const char* value) {
-  char* end = nullptr;
-  const long long n = std::strtoll(value, &end, 10);
-  ftopt::detail::check(end != value && *end == '\0' && n >= 0, "fashion_mnist: ", flag,
-                       " needs a non-negative integer, got '", value, "'");
-  return n;
-}
-
 Args parse(int argc, char** argv) {
   Args args;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     ftopt::detail::check(i + 1 < argc, "fashion_mnist: ", flag, " needs a value");
     const char* value = argv[++i];
-    if (flag == "--epochs") args.epochs = positive(flag, value);
-    else if (flag == "--batch") args.batch = positive(flag, value);
-    else if (flag == "--train-limit") args.train_limit = positive(flag, value);
+    if (flag == "--epochs") args.epochs = examples::count("fashion_mnist", flag, value);
+    else if (flag == "--batch") args.batch = examples::count("fashion_mnist", flag, value);
+    else if (flag == "--train-limit") args.train_limit = examples::count("fashion_mnist", flag, value);
     else if (flag == "--data") args.data = value;
     else ftopt::detail::fail("fashion_mnist: unknown option ", flag,
                              " (known: --epochs, --batch, --train-limit, --data)");

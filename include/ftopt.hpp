@@ -30,3 +30,5 @@
 #include <ftopt/nn/names.hpp>
 #include <ftopt/weights/files.hpp>
 #include <ftopt/data/subsets.hpp>
+#include <ftopt/memory/peak.hpp>
+#include <ftopt/peft/freeze.hpp>

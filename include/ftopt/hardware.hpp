@@ -89,7 +89,17 @@ inline std::string loaded_blas() {
       &found);
   using OpenblasConfig = char* (*)();
   if (auto config = reinterpret_cast<OpenblasConfig>(dlsym(RTLD_DEFAULT, "openblas_get_config")))
-    return config();   // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
+  {
+    // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ... USE_OPENMP SkylakeX MAX_THREADS=64": keep the
+    // name, the version and whether it threads with OpenMP.
+    std::istringstream words(config());
+    std::string name, version, word;
+    words >> name >> version;
+    std::string out = name + " " + version;
+    while (words >> word)
+      if (word == "USE_OPENMP") out += " (OpenMP)";
+    return out;
+  }
   if (found.empty()) return "built in or unknown";
   if (found.find("blas/libblas") != std::string::npos)
     return "reference BLAS (slow: install libopenblas0-openmp) " + found;

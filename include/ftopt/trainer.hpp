@@ -17,6 +17,7 @@
 ///   on the last micro-batch of a window: precision.unscale; clip; lr schedule;
 ///   precision.step; precision.update; gradients set to none.
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <mutex>
@@ -39,6 +40,7 @@
 #include <ftopt/batch.hpp>
 #include <ftopt/callbacks/callback.hpp>
 #include <ftopt/detail/clip_grad_norm.hpp>
+#include <ftopt/detail/meter.hpp>
 #include <ftopt/detail/slot_checks.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/hardware.hpp>
@@ -207,7 +209,7 @@ public:
     module.eval();
     torch::NoGradGuard no_grad;
     const auto start = Clock::now();
-    Meter meter(device_);
+    detail::Meter meter(device_);
     for (auto&& batch : batches) {
       const torch::Tensor input = to_device(input_of(batch));
       const torch::Tensor target = to_device(target_of(batch));
@@ -219,7 +221,7 @@ public:
       meter.add(options_.loss(precision_.loss_input(output), target), output, target);
     }
     module.train(was_training);
-    auto totals = meter.reduced(parallel_);
+    auto totals = meter.reduced([&](const torch::Tensor& t) { return parallel_.reduce_sum(t); });
     return {totals.samples, totals.mean_loss(), totals.accuracy(), seconds_since(start)};
   }
 
@@ -320,51 +322,11 @@ public:
   Quant& quant() { return quant_; }
 
 private:
-  /// Running sums of loss and top-1 hits, kept on the device (no sync per step).
-  struct Meter {
-    explicit Meter(torch::Device device)
-        : loss_sum(torch::zeros({}, torch::dtype(torch::kDouble).device(device))),
-          correct(torch::zeros({}, torch::dtype(torch::kDouble).device(device))) {}
-
-    void add(const torch::Tensor& loss, const torch::Tensor& output, const torch::Tensor& target) {
-      const std::int64_t n = output.dim() > 0 ? output.size(0) : 1;
-      loss_sum.add_(loss.detach(), static_cast<double>(n));
-      samples += n;
-      if (output.dim() == 2 && target.dim() == 1 && !target.is_floating_point()) {
-        correct.add_(output.argmax(1).eq(target).sum());
-        classified += n;
-      }
-    }
-
-    struct Totals {
-      std::int64_t samples = 0, classified = 0;
-      double loss_sum = 0, correct = 0;
-      double mean_loss() const { return samples ? loss_sum / static_cast<double>(samples) : 0.0; }
-      std::optional<double> accuracy() const {
-        if (classified == 0) return std::nullopt;
-        return correct / static_cast<double>(classified);
-      }
-    };
-
-    /// The sums over all ranks, in one collective.
-    Totals reduced(Parallel& parallel) const {
-      auto local = torch::stack({loss_sum, correct,
-                                 torch::scalar_tensor(static_cast<double>(samples), loss_sum.options()),
-                                 torch::scalar_tensor(static_cast<double>(classified), loss_sum.options())});
-      auto all = parallel.reduce_sum(local).to(torch::kCPU);
-      auto v = all.template accessor<double, 1>();
-      return {static_cast<std::int64_t>(v[2]), static_cast<std::int64_t>(v[3]), v[0], v[1]};
-    }
-
-    torch::Tensor loss_sum, correct;
-    std::int64_t samples = 0, classified = 0;
-  };
-
   /// Per-fit and per-epoch state.
   struct RunState {
     FitState fit;
     PhaseTimes phases;
-    std::optional<Meter> meter;
+    std::optional<detail::Meter> meter;
     std::vector<double> base_lrs;
     std::optional<schedule::WarmupCosine> schedule;  ///< with total_steps filled in
     std::int64_t epoch_optimizer_steps = 0;
@@ -413,10 +375,9 @@ private:
 
   void begin_fit(torch::optim::Optimizer& optimizer, std::optional<std::int64_t> steps) {
     auto report = hardware::configure(options_.hardware);
-    if (options_.report_hardware && parallel_.rank() == 0 && !reported_) {
+    static std::atomic<bool> reported{false};  // once per process, not per Trainer
+    if (options_.report_hardware && parallel_.rank() == 0 && !reported.exchange(true))
       *options_.log << "ftopt: " << report.summary() << '\n';
-      reported_ = true;
-    }
     run_ = RunState{};
     run_.fit.epochs = options_.epochs;
     run_.fit.steps_per_epoch = steps;
@@ -483,7 +444,7 @@ private:
 
   EpochStats end_epoch(torch::optim::Optimizer& optimizer) {
     const auto& s = run_.fit;
-    auto totals = run_.meter->reduced(parallel_);
+    auto totals = run_.meter->reduced([&](const torch::Tensor& t) { return parallel_.reduce_sum(t); });
     EpochStats stats;
     stats.epoch = s.epoch;
     stats.steps = s.step;
@@ -551,7 +512,6 @@ private:
   const torch::nn::Module* prepared_ = nullptr;
   std::vector<torch::Tensor> trainable_;
   std::int64_t micro_ = 0;  ///< micro-batches in the open accumulation window
-  bool reported_ = false;
   RunState run_;
   Progress progress_;  ///< after the last epoch of the last fit
   Progress resume_;    ///< where the next fit starts (set by load_checkpoint)

@@ -1,0 +1,28 @@
+#pragma once
+// Reading the examples' command-line values, with errors that name the flag and the value.
+#include <cstdlib>
+#include <string_view>
+
+#include <ftopt/error.hpp>
+
+namespace examples {
+
+/// A non-negative integer, or an error naming `flag` and `value`.
+inline std::int64_t count(std::string_view program, std::string_view flag, const char* value) {
+  char* end = nullptr;
+  const long long n = std::strtoll(value, &end, 10);
+  ftopt::detail::check(end != value && *end == '\0' && n >= 0, program, ": ", flag,
+                       " needs a non-negative integer, got '", value, "'");
+  return n;
+}
+
+/// A positive number, or an error naming `flag` and `value`.
+inline double positive(std::string_view program, std::string_view flag, const char* value) {
+  char* end = nullptr;
+  const double x = std::strtod(value, &end);
+  ftopt::detail::check(end != value && *end == '\0' && x > 0, program, ": ", flag,
+                       " needs a positive number, got '", value, "'");
+  return x;
+}
+
+} // namespace examples

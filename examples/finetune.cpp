@@ -1,0 +1,208 @@
+// The main job: pretrain a backbone on Fashion-MNIST classes 0-4 (cached on disk after the first
+// run), then fine-tune it on classes 5-9 twice: the naive baseline (fp32, full fine-tuning) and
+// the best policies ftopt has today, and close with a comparison table.
+//
+//   build/examples/finetune [--model resnet|vit] [--epochs N] [--pretrain-epochs N] [--lr X]
+//                           [--all-classes] [--train-limit N] [--data DIR] [--cache DIR]
+//
+// --all-classes instead trains the model on all ten classes and reports its test accuracy, to
+// compare with the benchmark table in Fashion-MNIST's README.
+#include <cstdlib>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+
+#include "args.hpp"
+
+namespace {
+
+struct Args {
+  std::string model = "resnet";
+  std::int64_t epochs = 2;
+  std::int64_t pretrain_epochs = 2;
+  std::int64_t train_limit = 0;
+  double lr = 0;  // 0: 2e-3 for the ResNet, 1e-3 for the ViT
+  bool all_classes = false;
+  std::string data = ftopt::data::default_fashion_mnist_dir().string();
+  std::string cache;
+};
+
+Args parse(int argc, char** argv) {
+  Args args;
+  if (const char* home = std::getenv("HOME")) args.cache = std::string(home) + "/.cache/ftopt";
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "--all-classes") {
+      args.all_classes = true;
+      continue;
+    }
+    ftopt::detail::check(i + 1 < argc, "finetune: ", flag, " needs a value");
+    const char* value = argv[++i];
+    if (flag == "--model") args.model = value;
+    else if (flag == "--epochs") args.epochs = examples::count("finetune", flag, value);
+    else if (flag == "--pretrain-epochs") args.pretrain_epochs = examples::count("finetune", flag, value);
+    else if (flag == "--train-limit") args.train_limit = examples::count("finetune", flag, value);
+    else if (flag == "--lr") args.lr = examples::positive("finetune", flag, value);
+    else if (flag == "--data") args.data = value;
+    else if (flag == "--cache") args.cache = value;
+    else ftopt::detail::fail("finetune: unknown option ", flag, " (known: --model, --epochs, --pretrain-epochs, "
+                             "--all-classes, --lr, --train-limit, --data, --cache)");
+  }
+  ftopt::detail::check(args.model == "resnet" || args.model == "vit", "finetune: --model must be resnet or vit, got '",
+                       args.model, "'");
+  ftopt::detail::check(args.epochs >= 1, "finetune: --epochs must be >= 1");
+  return args;
+}
+
+/// Images as float [N, 1, 28, 28], standardized.
+struct Prepared {
+  torch::Tensor images, labels;
+};
+Prepared prepare(const ftopt::data::LabelledImages& set, double mean, double std) {
+  return {set.images.to(torch::kFloat).div_(255.0).sub_(mean).div_(std).unsqueeze(1), set.labels};
+}
+
+template <class M>
+void reset_head(M& model) {
+  const char* head = std::is_same_v<M, ftopt::models::ResNet> ? "fc" : "classifier";
+  model->named_modules()[head]->template as<ftopt::nn::LinearImpl>()->reset_parameters();
+}
+
+ftopt::models::ResNet make_resnet(std::int64_t classes) {
+  return ftopt::models::ResNet({.layers = {1, 1, 1, 1}, .widths = {16, 32, 64, 128}, .in_channels = 1,
+                                .num_classes = classes, .stem = ftopt::models::ResNetStem::Small});
+}
+ftopt::models::ViT make_vit(std::int64_t classes) {
+  return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 64, .layers = 4,
+                             .heads = 4, .intermediate = 128, .num_labels = classes});
+}
+
+struct Row {
+  std::string setup;
+  double epoch_seconds = 0;
+  double peak_mib = 0;
+  std::int64_t trainable = 0, total = 0;
+  double test_accuracy = 0;
+};
+
+std::int64_t numel(const std::vector<torch::Tensor>& ts) {
+  std::int64_t n = 0;
+  for (const auto& t : ts) n += t.numel();
+  return n;
+}
+
+template <class Trainer, class M>
+Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_set, const Prepared& test_set,
+          double lr) {
+  std::cerr << "\n== " << setup << '\n';
+  ftopt::data::TensorBatches train_batches(train_set.images, train_set.labels, {.batch_size = 128, .seed = 1});
+  ftopt::data::TensorBatches test_batches(test_set.images, test_set.labels, {.batch_size = 500, .shuffle = false});
+  const auto& params = trainer.prepare(model);
+  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(lr).weight_decay(0.05));
+  ftopt::memory::PeakMemory::reset();
+  auto fit = trainer.fit(model, optimizer, train_batches, ftopt::callbacks::ProgressBar{});
+  const double peak = static_cast<double>(ftopt::memory::PeakMemory::peak()) / (1 << 20);
+  auto test = trainer.evaluate(model, test_batches);
+  std::cerr << "test accuracy " << std::fixed << std::setprecision(2) << 100.0 * test.accuracy.value_or(0) << "%\n";
+  double seconds = 0;
+  for (const auto& e : fit.epochs) seconds += e.seconds;
+  return {std::move(setup), seconds / static_cast<double>(fit.epochs.size()), peak, numel(params),
+          numel(model->parameters()), test.accuracy.value_or(0)};
+}
+
+void print_table(const std::vector<Row>& rows) {
+  std::cout << "\n| setup | s / epoch | peak MiB | trainable params | test acc | speed-up |\n"
+            << "|---|---|---|---|---|---|\n";
+  for (const auto& r : rows)
+    std::cout << std::fixed << "| " << r.setup << " | " << std::setprecision(1) << r.epoch_seconds << " | "
+              << r.peak_mib << " | " << r.trainable << " / " << r.total << " | " << std::setprecision(2)
+              << 100.0 * r.test_accuracy << "% | " << rows.front().epoch_seconds / r.epoch_seconds << "x |\n";
+}
+
+template <class M>
+int run(const Args& args, M (*make)(std::int64_t), ftopt::nn::NamePatterns top) {
+  auto train_all = ftopt::data::load_fashion_mnist(ftopt::data::Split::Train, args.data);
+  auto test_all = ftopt::data::load_fashion_mnist(ftopt::data::Split::Test, args.data);
+  if (args.train_limit > 0 && args.train_limit < train_all.labels.size(0))
+    train_all = {train_all.images.narrow(0, 0, args.train_limit), train_all.labels.narrow(0, 0, args.train_limit)};
+  auto pixels = train_all.images.to(torch::kFloat).div_(255.0);
+  const double mean = pixels.mean().item<double>(), std = pixels.std().item<double>();
+  ftopt::TrainerOptions options{.epochs = args.epochs, .clip_grad_norm = 1.0,
+                                .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 50}};
+  const double lr = args.lr > 0 ? args.lr : args.model == "vit" ? 1e-3 : 2e-3;
+
+  if (args.all_classes) {
+    torch::manual_seed(0);
+    auto model = make(10);
+    auto row = train(args.model + ", all 10 classes, fp32", ftopt::Trainer<>(options), model,
+                     prepare(train_all, mean, std), prepare(test_all, mean, std), lr);
+    print_table({row});
+    return 0;
+  }
+
+  const std::vector<std::int64_t> first{0, 1, 2, 3, 4}, second{5, 6, 7, 8, 9};
+  const auto pre_train = prepare(ftopt::data::select_classes(train_all, first), mean, std);
+  const auto fine_train = prepare(ftopt::data::select_classes(train_all, second), mean, std);
+  const auto fine_test = prepare(ftopt::data::select_classes(test_all, second), mean, std);
+
+  // Pretraining, cached: the same settings give the same file name.
+  const auto cache = std::filesystem::path(args.cache) /
+                     (args.model + "-fashion-mnist-classes0-4-epochs" + std::to_string(args.pretrain_epochs) +
+                      (args.train_limit ? "-limit" + std::to_string(args.train_limit) : "") + ".pt");
+  torch::manual_seed(0);
+  auto pretrained = make(5);
+  if (std::filesystem::exists(cache)) {
+    ftopt::weights::load(*pretrained, cache);
+    std::cerr << "pretrained backbone from " << cache.string() << '\n';
+  } else {
+    auto pre_test = prepare(ftopt::data::select_classes(test_all, first), mean, std);
+    auto pre_options = options;
+    pre_options.epochs = std::max<std::int64_t>(1, args.pretrain_epochs);
+    train("pretraining " + args.model + " on classes 0-4", ftopt::Trainer<>(pre_options), pretrained, pre_train,
+          pre_test, lr);
+    std::filesystem::create_directories(cache.parent_path());
+    ftopt::weights::save(*pretrained, cache);
+    std::cerr << "pretrained backbone saved to " << cache.string() << '\n';
+  }
+  const auto backbone = ftopt::weights::state_dict(*pretrained);
+
+  std::vector<Row> rows;
+  auto fresh = [&] {
+    auto model = make(5);
+    ftopt::weights::load_state_dict(*model, backbone);
+    reset_head(model);  // a new task: a new head
+    return model;
+  };
+  {
+    auto model = fresh();
+    rows.push_back(train("baseline: fp32, full fine-tuning", ftopt::Trainer<>(options), model, fine_train, fine_test, lr));
+  }
+  {
+    auto model = fresh();
+    using Top = ftopt::Trainer<ftopt::precision::Fp32, ftopt::peft::Freeze>;
+    std::string names;
+    for (const auto& p : top) names += (names.empty() ? "" : "+") + p.text;
+    rows.push_back(train("fp32, peft::Freeze (train " + names + ")", Top(options, {}, ftopt::peft::Freeze{.train = top}),
+                         model, fine_train, fine_test, lr));
+  }
+  print_table(rows);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) try {
+  const Args args = parse(argc, argv);
+  if (args.model == "resnet") return run(args, &make_resnet, {"layer4", "fc"});
+  return run(args, &make_vit, {"encoder.layer.3", "vit.layernorm", "classifier"});
+} catch (const std::exception& e) {
+  std::cerr << "finetune: " << e.what() << '\n';
+  return 1;
+}

@@ -1,0 +1,51 @@
+// Tests for include/ftopt/peft/freeze.hpp.
+#include <catch2/catch.hpp>
+
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+
+#include "../support.hpp"
+
+using namespace ftopt;
+
+TEST_CASE("peft::Freeze trains only what it names; frozen weights get no gradient", "[peft][freeze]") {
+  torch::manual_seed(0);
+  models::ResNet model({.layers = {1, 1}, .widths = {4, 8}, .in_channels = 1, .num_classes = 3,
+                        .stem = models::ResNetStem::Small});
+  Trainer<precision::Fp32, peft::Freeze> trainer({.device = torch::kCPU, .report_hardware = false}, {},
+                                                 peft::Freeze{.train = {"layer2", "fc"}});
+  const auto& trainable = trainer.prepare(model);
+  CHECK(trainable.size() == nn::parameters_under(*model, {"layer2", "fc"}).size());
+  torch::optim::SGD optimizer(trainable, torch::optim::SGDOptions(0.1));
+  auto before = weights::state_dict(*model);
+  std::map<std::string, torch::Tensor> copies;
+  for (const auto& item : before) copies[item.key()] = item.value().clone();
+  // Look at the gradients right after backward, before the step sets them to none.
+  auto x = torch::randn({4, 1, 8, 8});
+  auto y = torch::randint(0, 3, {4});
+  auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+  loss.backward();
+  for (const auto& item : model->named_parameters()) {
+    INFO(item.key());
+    const bool trains = item.key().rfind("layer2", 0) == 0 || item.key().rfind("fc", 0) == 0;
+    CHECK(item.value().grad().defined() == trains);
+  }
+  for (auto& p : model->parameters()) p.mutable_grad().reset();
+  trainer.fit(model, optimizer, test::Batches{{x, y}});
+  for (const auto& item : model->named_parameters()) {
+    const bool trains = item.key().rfind("layer2", 0) == 0 || item.key().rfind("fc", 0) == 0;
+    INFO(item.key());
+    CHECK(torch::equal(item.value(), copies[item.key()]) == !trains);
+  }
+}
+
+TEST_CASE("peft::Freeze names its mistakes", "[peft][freeze][errors]") {
+  CHECK_THAT(test::message_of([] { Trainer<precision::Fp32, peft::Freeze>({}, {}, peft::Freeze{}); }),
+             Catch::Contains("name what to train (.train) or what to freeze (.freeze)"));
+  auto model = test::small_mlp();
+  Trainer<precision::Fp32, peft::Freeze> trainer({.device = torch::kCPU, .report_hardware = false}, {},
+                                                 peft::Freeze{.train = {"head"}});
+  CHECK_THAT(test::message_of([&] { trainer.prepare(model); }),
+             Catch::Contains("pattern 'head' matches no module or parameter; module names here: 0, 1, 2, layers"));
+}
