@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include <range/v3/view/transform.hpp>
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
@@ -30,6 +31,7 @@ struct Args {
   std::int64_t train_limit = 0;
   double lr = 0;  // 0: 2e-3 for the ResNet, 1e-3 for the ViT
   bool all_classes = false;
+  bool augment = false;
   std::string data = ftopt::data::default_fashion_mnist_dir().string();
   std::string cache;
 };
@@ -39,8 +41,8 @@ Args parse(int argc, char** argv) {
   if (const char* home = std::getenv("HOME")) args.cache = std::string(home) + "/.cache/ftopt";
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
-    if (flag == "--all-classes") {
-      args.all_classes = true;
+    if (flag == "--all-classes" || flag == "--augment") {
+      (flag == "--augment" ? args.augment : args.all_classes) = true;
       continue;
     }
     ftopt::detail::check(i + 1 < argc, "finetune: ", flag, " needs a value");
@@ -53,7 +55,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--data") args.data = value;
     else if (flag == "--cache") args.cache = value;
     else ftopt::detail::fail("finetune: unknown option ", flag, " (known: --model, --epochs, --pretrain-epochs, "
-                             "--all-classes, --lr, --train-limit, --data, --cache)");
+                             "--all-classes, --augment, --lr, --train-limit, --data, --cache)");
   }
   ftopt::detail::check(args.model == "resnet" || args.model == "vit", "finetune: --model must be resnet or vit, got '",
                        args.model, "'");
@@ -98,16 +100,33 @@ std::int64_t numel(const std::vector<torch::Tensor>& ts) {
   return n;
 }
 
+/// Random horizontal flips and shifts of up to two pixels, per sample, as one batched affine
+/// resampling (edge pixels extend the image). A stand-in until the Pipeline's augment stages.
+std::pair<torch::Tensor, torch::Tensor> augment(const std::pair<torch::Tensor, torch::Tensor>& batch) {
+  const auto& [x, y] = batch;
+  const auto n = x.size(0);
+  auto theta = torch::zeros({n, 2, 3});
+  theta.select(1, 0).select(1, 0).copy_(torch::randint(0, 2, {n}).mul(2).sub(1));  // x scale: +-1 (flip)
+  theta.select(1, 1).select(1, 1).fill_(1.0);
+  theta.select(2, 2).copy_(torch::randint(-2, 3, {n, 2}).to(torch::kFloat).mul(2.0 / static_cast<double>(x.size(-1))));
+  namespace F = torch::nn::functional;
+  auto grid = F::affine_grid(theta, x.sizes(), /*align_corners=*/false);
+  return {F::grid_sample(x, grid, F::GridSampleFuncOptions().mode(torch::kNearest).padding_mode(torch::kBorder)
+                                      .align_corners(false)), y};
+}
+
 template <class Trainer, class M>
 Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_set, const Prepared& test_set,
-          double lr) {
+          double lr, bool augmented = false) {
   std::cerr << "\n== " << setup << '\n';
   ftopt::data::TensorBatches train_batches(train_set.images, train_set.labels, {.batch_size = 128, .seed = 1});
   ftopt::data::TensorBatches test_batches(test_set.images, test_set.labels, {.batch_size = 500, .shuffle = false});
   const auto& params = trainer.prepare(model);
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(lr).weight_decay(0.05));
   ftopt::memory::PeakMemory::reset();
-  auto fit = trainer.fit(model, optimizer, train_batches, ftopt::callbacks::ProgressBar{});
+  auto fit = augmented ? trainer.fit(model, optimizer, train_batches | ranges::views::transform(augment),
+                                     ftopt::callbacks::ProgressBar{})
+                       : trainer.fit(model, optimizer, train_batches, ftopt::callbacks::ProgressBar{});
   const double peak = static_cast<double>(ftopt::memory::PeakMemory::peak()) / (1 << 20);
   auto test = trainer.evaluate(model, test_batches);
   std::cerr << "test accuracy " << std::fixed << std::setprecision(2) << 100.0 * test.accuracy.value_or(0) << "%\n";
@@ -141,8 +160,9 @@ int run(const Args& args, M (*make)(std::int64_t), ftopt::nn::NamePatterns top) 
   if (args.all_classes) {
     torch::manual_seed(0);
     auto model = make(10);
-    auto row = train(args.model + ", all 10 classes, fp32", ftopt::Trainer<>(options), model,
-                     prepare(train_all, mean, std), prepare(test_all, mean, std), lr);
+    auto row = train(args.model + ", all 10 classes, fp32" + (args.augment ? ", flips and shifts" : ""),
+                     ftopt::Trainer<>(options), model, prepare(train_all, mean, std), prepare(test_all, mean, std), lr,
+                     args.augment);
     print_table({row});
     return 0;
   }

@@ -32,3 +32,8 @@
 #include <ftopt/data/subsets.hpp>
 #include <ftopt/memory/peak.hpp>
 #include <ftopt/peft/freeze.hpp>
+#include <ftopt/nn/layer_norm.hpp>
+#include <ftopt/precision/bf16_mixed.hpp>
+#include <ftopt/precision/bf16_true.hpp>
+#include <ftopt/precision/fp16_mixed.hpp>
+#include <ftopt/precision/grad_scaler.hpp>

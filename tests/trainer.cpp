@@ -338,3 +338,17 @@ TEST_CASE("Trainer<> learns real Fashion-MNIST", "[trainer][convergence]") {
   CHECK(summary.epochs[1].loss < summary.epochs[0].loss);
   CHECK(*eval.accuracy > 0.75);
 }
+
+TEST_CASE("NonFiniteLoss::Ignore turns the check off", "[trainer]") {
+  // Without the check a NaN loss flows into the weights, as in a plain PyTorch loop.
+  auto model = test::small_mlp();
+  TrainerOptions options = quiet();
+  options.on_non_finite_loss = NonFiniteLoss::Ignore;
+  options.loss = [](const torch::Tensor& out, const torch::Tensor& y) {
+    return torch::nn::functional::cross_entropy(out, y) * std::numeric_limits<double>::quiet_NaN();
+  };
+  Trainer<> trainer(options);
+  torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
+  CHECK_NOTHROW(trainer.fit(model, optimizer, test::random_batches(1, 4)));
+  CHECK(torch::isnan(model->parameters()[0]).any().item<bool>());  // ReLU stops it in places
+}

@@ -3,6 +3,7 @@
 /// instantiated. Each rule reads properties that policies declare as static members, so the
 /// rule holds for every policy with that property, ours or a user's:
 ///   Precision: `static constexpr c10::ScalarType autocast_dtype`   (absent: no autocast)
+///   Precision: `static constexpr bool skips_non_finite_steps`      (absent: false)
 ///   Quant:     `static constexpr bool fake_quant_training`         (absent: false)
 /// A broken rule is one static_assert with a sentence naming the axes, the policies' property
 /// and the fix; the compiler's note names the policies.
@@ -17,6 +18,11 @@ namespace ftopt::rules {
 template <class Precision>
 inline constexpr bool autocasts_to_fp16 =
     requires { requires Precision::autocast_dtype == c10::ScalarType::Half; };
+
+/// The precision policy skips optimizer steps whose gradients are not finite (loss scaling), so
+/// the Trainer does not stop on a non-finite loss.
+template <class Precision>
+inline constexpr bool skips_non_finite_steps = requires { requires Precision::skips_non_finite_steps; };
 
 /// The quant policy's training forward runs fake-quantized (QAT).
 template <class Quant>

@@ -24,7 +24,7 @@ struct EpochStats {
   std::int64_t epoch = 0;            ///< 0-based
   std::int64_t steps = 0;            ///< micro-batches on this rank
   std::int64_t optimizer_steps = 0;  ///< optimizer steps taken in this epoch
-  std::int64_t skipped = 0;          ///< micro-batches skipped for a non-finite loss
+  std::int64_t skipped_steps = 0;    ///< steps the precision policy skipped (inf/NaN gradients)
   std::int64_t samples = 0;          ///< samples, all ranks
   double loss = 0;                   ///< mean loss per sample, all ranks
   std::optional<double> accuracy;    ///< top-1, all ranks; set for classification targets

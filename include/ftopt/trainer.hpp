@@ -170,7 +170,7 @@ public:
     static_assert(Batch<B>, "ftopt::Trainer::train_step: the batch must be an (input, target) "
                             "pair of tensors or have .data and .target (include/ftopt/batch.hpp).");
     auto t0 = Clock::now();
-    const torch::Tensor input = to_device(input_of(batch));
+    const torch::Tensor input = policy_input(to_device(input_of(batch)));
     const torch::Tensor target = to_device(target_of(batch));
     const std::int64_t accumulation = memory_.accumulation();
     const bool sync = ends_epoch || micro_ + 1 == accumulation;
@@ -182,7 +182,9 @@ public:
       output = memory_.forward(model, input);
     }
     torch::Tensor loss = options_.loss(precision_.loss_input(output), target);
-    if (options_.on_non_finite_loss == NonFiniteLoss::Error) check_finite(loss);
+    // A loss-scaling policy skips non-finite steps itself (and counts them).
+    if constexpr (!rules::skips_non_finite_steps<Precision>)
+      if (options_.on_non_finite_loss == NonFiniteLoss::Error) check_finite(loss);
     auto t1 = Clock::now();
 
     parallel_.before_backward(output, sync);
@@ -211,7 +213,7 @@ public:
     const auto start = Clock::now();
     detail::Meter meter(device_);
     for (auto&& batch : batches) {
-      const torch::Tensor input = to_device(input_of(batch));
+      const torch::Tensor input = policy_input(to_device(input_of(batch)));
       const torch::Tensor target = to_device(target_of(batch));
       torch::Tensor output;
       {
@@ -330,6 +332,7 @@ private:
     std::vector<double> base_lrs;
     std::optional<schedule::WarmupCosine> schedule;  ///< with total_steps filled in
     std::int64_t epoch_optimizer_steps = 0;
+    std::int64_t epoch_skipped_steps = 0;
     Clock::time_point epoch_start;
   };
 
@@ -341,6 +344,12 @@ private:
     return std::chrono::duration<double>(b - a).count();
   }
   static double seconds_since(Clock::time_point a) { return seconds_between(a, Clock::now()); }
+
+  /// The input as the precision policy wants it (Bf16True casts it to bf16).
+  torch::Tensor policy_input(const torch::Tensor& input) const {
+    if constexpr (requires { precision_.forward_input(input); }) return precision_.forward_input(input);
+    else return input;
+  }
 
   torch::Tensor to_device(const torch::Tensor& t) const {
     return t.device() == device_ ? t : t.to(device_, /*non_blocking=*/true);
@@ -411,6 +420,7 @@ private:
     s.correct = run_.meter->correct;
     run_.phases = {};
     run_.epoch_optimizer_steps = 0;
+    run_.epoch_skipped_steps = 0;
     run_.epoch_start = Clock::now();
   }
 
@@ -449,6 +459,7 @@ private:
     stats.epoch = s.epoch;
     stats.steps = s.step;
     stats.optimizer_steps = run_.epoch_optimizer_steps;
+    stats.skipped_steps = run_.epoch_skipped_steps;
     stats.samples = totals.samples;
     stats.loss = totals.mean_loss();
     stats.accuracy = totals.accuracy();
@@ -476,6 +487,8 @@ private:
     if (precision_.step(optimizer)) {
       ++run_.fit.optimizer_steps;
       ++run_.epoch_optimizer_steps;
+    } else {
+      ++run_.epoch_skipped_steps;
     }
     precision_.update();
     zero_grad();

@@ -21,8 +21,8 @@ namespace ftopt {
 
 /// What fit does when a micro-batch's loss is NaN or infinite.
 enum class NonFiniteLoss {
-  Error,  ///< throw ftopt::Error naming the epoch and step; the weights stay as they were
-  Skip,   ///< skip that micro-batch (no backward), count it in EpochStats::skipped
+  Error,   ///< throw ftopt::Error naming the epoch and step; the weights stay as they were
+  Ignore,  ///< no check (saves reading the loss on the host each step, a sync on CUDA)
 };
 
 /// The loss: (model output, target) -> scalar mean loss. Cross-entropy by default.

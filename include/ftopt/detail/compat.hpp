@@ -24,6 +24,21 @@ namespace ftopt::compat {
 inline constexpr int torch_major = TORCH_VERSION_MAJOR;
 inline constexpr int torch_minor = TORCH_VERSION_MINOR;
 
+/// Whether this build has ATen's fused loss-scaling kernels (_amp_foreach_non_finite_check_and_
+/// unscale_, _amp_update_scale_) for a device: always on CUDA, on the CPU from LibTorch 2.3.
+inline bool has_fused_amp_kernels(c10::DeviceType device) {
+  if (device == c10::DeviceType::CUDA) return true;
+#if FTOPT_TORCH_AT_LEAST(2, 3)
+  return device == c10::DeviceType::CPU;
+#else
+  return false;
+#endif
+}
+
+/// Whether CPU autocast can cast to float16 in this build (LibTorch 2.4's per-device autocast API;
+/// 1.13's CPU autocast is bf16-only).
+inline constexpr bool cpu_fp16_autocast = FTOPT_TORCH_AT_LEAST(2, 4);
+
 /// Whether autocast is on for a device type (CPU or CUDA).
 inline bool autocast_enabled(c10::DeviceType device) {
 #if FTOPT_TORCH_AT_LEAST(2, 4)
@@ -108,7 +123,10 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
     else
       scores = scores + *mask;
   }
-  at::Tensor weights = at::softmax(scores, -1);
+  // Softmax is an fp32 island: half-precision scores are normalized in float32 (1.13's CPU
+  // autocast would run it in bf16).
+  const bool low = scores.scalar_type() == at::kBFloat16 || scores.scalar_type() == at::kHalf;
+  at::Tensor weights = low ? at::softmax(scores, -1, at::kFloat).to(scores.scalar_type()) : at::softmax(scores, -1);
   if (dropout_p > 0.0) weights = at::dropout(weights, dropout_p, /*train=*/true);
   return at::matmul(weights, v);
 #endif

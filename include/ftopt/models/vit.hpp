@@ -21,12 +21,12 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/dropout.h>
-#include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/nn/conv2d.hpp>
+#include <ftopt/nn/layer_norm.hpp>
 #include <ftopt/nn/linear.hpp>
 
 namespace ftopt::models {
@@ -65,8 +65,8 @@ namespace detail {
 inline nn::Linear linear(std::int64_t in, std::int64_t out, bool bias = true) {
   return nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
-inline torch::nn::LayerNorm layer_norm(const ViTOptions& o) {
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.hidden}).eps(o.layer_norm_eps));
+inline nn::LayerNorm layer_norm(const ViTOptions& o) {
+  return nn::LayerNorm(torch::nn::LayerNormOptions({o.hidden}).eps(o.layer_norm_eps));
 }
 } // namespace detail
 
@@ -169,7 +169,7 @@ struct ViTLayerImpl : torch::nn::Module {
   ViTAttention attention;
   nn::Linear intermediate_dense, output_dense;
   torch::nn::Dropout output_dropout;
-  torch::nn::LayerNorm layernorm_before, layernorm_after;
+  nn::LayerNorm layernorm_before, layernorm_after;
 };
 TORCH_MODULE(ViTLayer);
 
@@ -189,9 +189,12 @@ struct ViTModelImpl : torch::nn::Module {
     for (const auto& block : *layer) h = block->as<ViTLayerImpl>()->forward(h);
     return layernorm(h);
   }
+  /// Layer i of the encoder (HF: vit.encoder.layer[i]).
+  ViTLayerImpl& encoder_layer(std::size_t i) { return *layer[i]->as<ViTLayerImpl>(); }
+
   ViTEmbeddings embeddings;
   torch::nn::ModuleList layer;
-  torch::nn::LayerNorm layernorm;
+  nn::LayerNorm layernorm;
 };
 TORCH_MODULE(ViTModel);
 

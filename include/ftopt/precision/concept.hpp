@@ -12,14 +12,18 @@
 ///   void unscale(torch::optim::Optimizer&);      before clipping: gradients back to true scale
 ///   bool step(torch::optim::Optimizer&);         the optimizer step; false when it was skipped
 ///   void update();                               after each step (e.g. the loss-scale update)
-/// Optional: `void validate() const`, throwing ftopt::Error for a bad setting.
+/// Optional: `void validate() const`, throwing ftopt::Error for a bad setting;
+///   `torch::Tensor forward_input(const torch::Tensor&) const`, the input as the forward wants it;
+///   `save_state` / `load_state`, state a checkpoint keeps (a loss scale);
+///   `static constexpr bool skips_non_finite_steps = true`: the Trainer lets `step` skip a
+///   non-finite step instead of stopping on a non-finite loss.
 ///
 /// Laws:
 ///   - unscale, step and update run once per optimizer step, in that order, after backward;
 ///   - gradients seen after unscale are the true gradients of the loss;
 ///   - a policy that does nothing adds no work (its hooks are empty inline functions).
 ///
-/// Models: precision::Fp32.
+/// Models: precision::Fp32, Bf16Mixed, Fp16Mixed (loss scaling), Bf16True.
 
 #include <concepts>
 

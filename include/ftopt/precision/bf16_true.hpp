@@ -1,0 +1,35 @@
+#pragma once
+/// precision::Bf16True: Lightning's "bf16-true": weights, gradients and optimizer state all in
+/// bf16, no fp32 master copy: the least memory, at the cost of precision in the updates
+/// (bf16 keeps 8 significant bits, so an update smaller than 1/256 of a weight is lost;
+/// docs/precision.md). Floating-point inputs are cast to bf16; the loss is computed in fp32.
+///
+///   ftopt::Trainer<ftopt::precision::Bf16True> trainer;
+
+#include <ftopt/precision/concept.hpp>
+
+namespace ftopt::precision {
+
+struct Bf16True {
+  using axis = ftopt::axis::Precision;
+
+  void prepare(torch::nn::Module& module) { module.to(at::kBFloat16); }
+  struct Scope {};
+  [[nodiscard]] Scope forward_scope() const { return {}; }
+  /// Floating inputs to bf16 (integer inputs, e.g. token ids, stay as they are).
+  torch::Tensor forward_input(const torch::Tensor& input) const {
+    return input.is_floating_point() ? input.to(at::kBFloat16) : input;
+  }
+  torch::Tensor loss_input(const torch::Tensor& out) const { return out.to(at::kFloat); }
+  void backward(const torch::Tensor& loss) { loss.backward(); }
+  void unscale(torch::optim::Optimizer&) {}
+  bool step(torch::optim::Optimizer& optimizer) {
+    optimizer.step();
+    return true;
+  }
+  void update() {}
+};
+
+static_assert(Policy<Bf16True>);
+
+} // namespace ftopt::precision

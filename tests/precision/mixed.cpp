@@ -1,0 +1,138 @@
+// Tests for include/ftopt/precision/{bf16_mixed,fp16_mixed,bf16_true}.hpp in the Trainer.
+#include <catch2/catch.hpp>
+
+#include <limits>
+
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+
+#include "../support.hpp"
+
+using namespace ftopt;
+
+namespace {
+TrainerOptions quiet() { return {.device = torch::kCPU, .report_hardware = false}; }
+
+models::ViT tiny_vit(std::uint64_t seed) {
+  torch::manual_seed(seed);
+  return models::ViT({.image_size = 28, .patch_size = 7, .channels = 1, .hidden = 32, .layers = 2, .heads = 2,
+                      .intermediate = 64, .num_labels = 10});
+}
+
+/// Gradients of one cross-entropy backward, in parameter order.
+template <class Precision>
+std::vector<torch::Tensor> gradients(models::ViT& model, Precision precision, const torch::Tensor& x, const torch::Tensor& y) {
+  precision.prepare(*model);
+  for (auto& p : model->parameters()) p.mutable_grad().reset();
+  torch::Tensor out;
+  {
+    [[maybe_unused]] auto scope = precision.forward_scope();
+    out = model->forward(x);
+  }
+  torch::nn::functional::cross_entropy(precision.loss_input(out), y).backward();
+  std::vector<torch::Tensor> grads;
+  for (auto& p : model->parameters()) grads.push_back(p.grad().clone());
+  return grads;
+}
+
+/// A user-written loss-scaling policy on fp32 (no autocast), so the Trainer's handling of
+/// skipped steps can be tested on a CPU build without fp16 autocast.
+struct ScaledFp32 : precision::Fp32 {
+  static constexpr bool skips_non_finite_steps = true;
+  precision::GradScaler scaler{{.init_scale = 1024}};
+  void backward(const torch::Tensor& loss) { scaler.scale(loss).backward(); }
+  void unscale(torch::optim::Optimizer& o) { scaler.unscale(o); }
+  bool step(torch::optim::Optimizer& o) { return scaler.step(o); }
+  void update() { scaler.update(); }
+};
+} // namespace
+
+TEST_CASE("Bf16Mixed: bf16 forward, fp32 loss and gradients close to fp32's", "[precision][bf16]") {
+  torch::manual_seed(3);
+  auto x = torch::randn({16, 1, 28, 28});
+  auto y = torch::randint(0, 10, {16});
+  auto model = tiny_vit(1);
+  auto fp32 = gradients(model, precision::Fp32{}, x, y);
+  auto bf16 = gradients(model, precision::Bf16Mixed{}, x, y);
+  // bf16 keeps 8 significant bits (relative rounding 2^-8 = 0.4% per op); summed over a
+  // 2-layer network the gradient as a whole stays within a few percent.
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < fp32.size(); ++i) {
+    CHECK(bf16[i].scalar_type() == torch::kFloat);  // fp32 master gradients
+    num += (bf16[i] - fp32[i]).pow(2).sum().item<double>();
+    den += fp32[i].pow(2).sum().item<double>();
+  }
+  CHECK(std::sqrt(num / den) < 0.03);
+  CHECK(std::sqrt(num / den) > 0.0);  // it did run in bf16
+
+  precision::Bf16Mixed policy;
+  policy.prepare(*model);
+  {
+    [[maybe_unused]] auto scope = policy.forward_scope();
+    CHECK(model->vit->encoder_layer(0).attention->attention->query(torch::randn({2, 5, 32})).scalar_type() ==
+          torch::kBFloat16);
+    auto logits = model->forward(x);
+    CHECK(policy.loss_input(logits).scalar_type() == torch::kFloat);
+  }
+  CHECK_FALSE(compat::autocast_enabled(torch::kCPU));  // the scope closed
+}
+
+TEST_CASE("Trainer<Bf16Mixed> trains; autocast is off between steps", "[precision][bf16]") {
+  auto model = tiny_vit(2);
+  Trainer<precision::Bf16Mixed> trainer({.epochs = 3, .device = torch::kCPU, .report_hardware = false});
+  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(3e-3));
+  torch::manual_seed(4);
+  test::Batches batches{{torch::randn({32, 1, 28, 28}), torch::randint(0, 10, {32})}};
+  auto summary = trainer.fit(model, optimizer, batches);
+  CHECK(summary.epochs.back().loss < summary.epochs.front().loss);
+  CHECK_FALSE(compat::autocast_enabled(torch::kCPU));
+  for (auto& p : model->parameters()) CHECK(p.scalar_type() == torch::kFloat);
+}
+
+TEST_CASE("Bf16True keeps weights, gradients and optimizer state in bf16", "[precision][bf16]") {
+  auto model = test::small_mlp();
+  Trainer<precision::Bf16True> trainer({.epochs = 4, .device = torch::kCPU, .report_hardware = false});
+  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-2));
+  for (auto& p : model->parameters()) CHECK(p.scalar_type() == torch::kBFloat16);
+  auto summary = trainer.fit(model, optimizer, test::random_batches(4, 16));
+  CHECK(summary.epochs.back().loss < summary.epochs.front().loss);
+  for (auto& p : model->parameters()) {
+    auto& state = static_cast<torch::optim::AdamWParamState&>(*optimizer.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+    CHECK(state.exp_avg().scalar_type() == torch::kBFloat16);
+  }
+}
+
+TEST_CASE("Fp16Mixed says where it cannot run", "[precision][fp16]") {
+  if (torch::cuda::is_available()) return;  // on a GPU machine benchmarks/gpu/run.sh exercises it
+  if (compat::cpu_fp16_autocast) return;
+  CHECK_THAT(test::message_of([] { Trainer<precision::Fp16Mixed> trainer(quiet()); }),
+             Catch::Contains("fp16 autocast needs a CUDA device") && Catch::Contains("use precision::Bf16Mixed there"));
+}
+
+TEST_CASE("A loss-scaling policy skips a NaN step and the epoch reports it", "[precision][scaler]") {
+  auto model = test::small_mlp();
+  int calls = 0;
+  TrainerOptions options = quiet();
+  options.loss = [&](const torch::Tensor& out, const torch::Tensor& y) {
+    auto loss = torch::nn::functional::cross_entropy(out, y);
+    return ++calls == 2 ? loss * std::numeric_limits<double>::quiet_NaN() : loss;
+  };
+  Trainer<ScaledFp32> trainer(options);
+  torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
+  std::vector<torch::Tensor> after_first;
+  struct Snap {
+    std::vector<torch::Tensor>* out;
+    torch::nn::Module* module;
+    void on_step_end(const FitState& s) {
+      if (s.step == 1) *out = test::snapshot(*module);
+    }
+  } snap{&after_first, model.get()};
+  std::vector<torch::Tensor> after_second;
+  auto batches = test::random_batches(3, 4);
+  auto stats = trainer.fit(model, optimizer, test::Batches(batches.begin(), batches.begin() + 2), snap).epochs.at(0);
+  CHECK(stats.skipped_steps == 1);
+  CHECK(stats.optimizer_steps == 1);
+  CHECK(test::same_values(after_first, test::snapshot(*model)));  // the NaN step changed nothing
+  CHECK(trainer.precision().scaler.current_scale() == 512);      // and the scale backed off
+}
