@@ -2,14 +2,12 @@
 //
 // Each benchmark alternates one hand-written step and one Trainer<> step on twin models (same
 // weights, same batch), timing each, so machine noise hits both alike; the counters give the
-// median step of each and their ratio (trainer / hand). The hand-written loop does what
+// median step of each and their ratio (trainer_ratio = trainer / hand). The hand-written loop does what
 // Trainer<> does per step: forward, cross-entropy, gradients set to none, backward,
 // optimizer step, and the running loss and top-1 counts kept as tensors.
 //
 //   build/benchmarks/bench_trainer_overhead --benchmark_repetitions=5
 //     --benchmark_report_aggregates_only=true   (one command line)
-#include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <vector>
 
@@ -19,15 +17,9 @@
 #include <ftopt.hpp>
 
 #include "models.hpp"
+#include "side_by_side.hpp"
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
 
 /// The hand-written step: the PyTorch tutorial loop plus the metrics a real loop keeps.
 struct HandLoop {
@@ -55,7 +47,7 @@ torch::Device bench_device() {
 }
 
 template <class MakeModel>
-void side_by_side(benchmark::State& state, MakeModel make_model, torch::Tensor x, torch::Tensor y) {
+void compare(benchmark::State& state, MakeModel make_model, torch::Tensor x, torch::Tensor y) {
   at::set_num_threads(1);
   const auto device = bench_device();
   x = x.to(device), y = y.to(device);
@@ -70,45 +62,23 @@ void side_by_side(benchmark::State& state, MakeModel make_model, torch::Tensor x
   const auto sums = torch::TensorOptions().dtype(torch::kDouble).device(device);
   HandLoop hand{hand_opt, hand_model->parameters(), torch::zeros({}, sums), torch::zeros({}, sums)};
   const std::pair<torch::Tensor, torch::Tensor> batch{x, y};
-  for (int i = 0; i < 5; ++i) {  // warm up both
-    hand.step(hand_model, x, y);
-    trainer.train_step(trainer_model, trainer_opt, batch);
-  }
-  if (device.is_cuda()) torch::cuda::synchronize();
-  std::vector<double> hand_s, trainer_s;
-  bool trainer_first = false;
-  for (auto _ : state) {
-    auto time_hand = [&] {
-      auto t0 = Clock::now();
-      hand.step(hand_model, x, y);
-      if (device.is_cuda()) torch::cuda::synchronize();
-      hand_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    };
-    auto time_trainer = [&] {
-      auto t0 = Clock::now();
-      trainer.train_step(trainer_model, trainer_opt, batch);
-      if (device.is_cuda()) torch::cuda::synchronize();
-      trainer_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    };
-    if (trainer_first) time_trainer(), time_hand();
-    else time_hand(), time_trainer();
-    trainer_first = !trainer_first;  // neither always runs with a warmer cache
-  }
-  const double h = median(hand_s), t = median(trainer_s);
-  state.counters["hand_us"] = h * 1e6;
-  state.counters["trainer_us"] = t * 1e6;
-  state.counters["ratio"] = t / h;
+  auto sync = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize();
+  };
+  ftopt::bench::side_by_side(state, {{"hand", [&] { hand.step(hand_model, x, y), sync(); }},
+                                     {"trainer", [&] { trainer.train_step(trainer_model, trainer_opt, batch), sync(); }}},
+                             5);
 }
 
 void BM_MlpStep(benchmark::State& state) {
   // The tiny MLP of the issue: 784-64-10, batch 32 - where framework overhead shows most.
-  side_by_side(state, [] { return ftopt::models::Mlp({.in = 784, .hidden = {64}, .out = 10}); },
+  compare(state, [] { return ftopt::models::Mlp({.in = 784, .hidden = {64}, .out = 10}); },
                torch::randn({32, 784}), torch::randint(0, 10, {32}));
 }
 
 void BM_TransformerStep(benchmark::State& state) {
   // 4 pre-norm blocks, width 64, 4 heads, 16 tokens of 49 features, batch 16.
-  side_by_side(state, [] { return ftopt::bench::Transformer(49, 64, 4, 4, 10); },
+  compare(state, [] { return ftopt::bench::Transformer(49, 64, 4, 4, 10); },
                torch::randn({16, 16, 49}), torch::randint(0, 10, {16}));
 }
 

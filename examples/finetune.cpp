@@ -1,9 +1,10 @@
 // The main job: pretrain a backbone on Fashion-MNIST classes 0-4 (cached on disk after the first
-// run), then fine-tune it on classes 5-9 twice: the naive baseline (fp32, full fine-tuning) and
-// the best policies ftopt has today, and close with a comparison table.
+// run), then fine-tune it on classes 5-9: the naive baseline (fp32, full fine-tuning), Bf16Mixed,
+// and the best policies ftopt has today (Bf16Mixed + peft::Freeze), and close with a table.
 //
 //   build/examples/finetune [--model resnet|vit] [--epochs N] [--pretrain-epochs N] [--lr X]
-//                           [--all-classes] [--train-limit N] [--data DIR] [--cache DIR]
+//                           [--all-classes [--precision fp32|bf16] [--augment]]
+//                           [--train-limit N] [--data DIR] [--cache DIR]
 //
 // --all-classes instead trains the model on all ten classes and reports its test accuracy, to
 // compare with the benchmark table in Fashion-MNIST's README.
@@ -26,6 +27,7 @@ namespace {
 
 struct Args {
   std::string model = "resnet";
+  std::string precision = "fp32";  // --all-classes: fp32 or bf16 (Bf16Mixed)
   std::int64_t epochs = 2;
   std::int64_t pretrain_epochs = 2;
   std::int64_t train_limit = 0;
@@ -48,6 +50,7 @@ Args parse(int argc, char** argv) {
     ftopt::detail::check(i + 1 < argc, "finetune: ", flag, " needs a value");
     const char* value = argv[++i];
     if (flag == "--model") args.model = value;
+    else if (flag == "--precision") args.precision = value;
     else if (flag == "--epochs") args.epochs = examples::count("finetune", flag, value);
     else if (flag == "--pretrain-epochs") args.pretrain_epochs = examples::count("finetune", flag, value);
     else if (flag == "--train-limit") args.train_limit = examples::count("finetune", flag, value);
@@ -55,10 +58,12 @@ Args parse(int argc, char** argv) {
     else if (flag == "--data") args.data = value;
     else if (flag == "--cache") args.cache = value;
     else ftopt::detail::fail("finetune: unknown option ", flag, " (known: --model, --epochs, --pretrain-epochs, "
-                             "--all-classes, --augment, --lr, --train-limit, --data, --cache)");
+                             "--all-classes, --precision, --augment, --lr, --train-limit, --data, --cache)");
   }
   ftopt::detail::check(args.model == "resnet" || args.model == "vit", "finetune: --model must be resnet or vit, got '",
                        args.model, "'");
+  ftopt::detail::check(args.precision == "fp32" || args.precision == "bf16",
+                       "finetune: --precision must be fp32 or bf16, got '", args.precision, "'");
   ftopt::detail::check(args.epochs >= 1, "finetune: --epochs must be >= 1");
   return args;
 }
@@ -160,9 +165,11 @@ int run(const Args& args, M (*make)(std::int64_t), ftopt::nn::NamePatterns top) 
   if (args.all_classes) {
     torch::manual_seed(0);
     auto model = make(10);
-    auto row = train(args.model + ", all 10 classes, fp32" + (args.augment ? ", flips and shifts" : ""),
-                     ftopt::Trainer<>(options), model, prepare(train_all, mean, std), prepare(test_all, mean, std), lr,
-                     args.augment);
+    const std::string setup = args.model + ", all 10 classes, " + args.precision + (args.augment ? ", flips and shifts" : "");
+    const auto train_set = prepare(train_all, mean, std), test_set = prepare(test_all, mean, std);
+    auto row = args.precision == "bf16"
+                   ? train(setup, ftopt::Trainer<ftopt::precision::Bf16Mixed>(options), model, train_set, test_set, lr, args.augment)
+                   : train(setup, ftopt::Trainer<>(options), model, train_set, test_set, lr, args.augment);
     print_table({row});
     return 0;
   }
@@ -206,11 +213,16 @@ int run(const Args& args, M (*make)(std::int64_t), ftopt::nn::NamePatterns top) 
   }
   {
     auto model = fresh();
-    using Top = ftopt::Trainer<ftopt::precision::Fp32, ftopt::peft::Freeze>;
+    rows.push_back(train("Bf16Mixed, full fine-tuning", ftopt::Trainer<ftopt::precision::Bf16Mixed>(options), model,
+                         fine_train, fine_test, lr));
+  }
+  {
+    auto model = fresh();
+    using Best = ftopt::Trainer<ftopt::precision::Bf16Mixed, ftopt::peft::Freeze>;
     std::string names;
     for (const auto& p : top) names += (names.empty() ? "" : "+") + p.text;
-    rows.push_back(train("fp32, peft::Freeze (train " + names + ")", Top(options, {}, ftopt::peft::Freeze{.train = top}),
-                         model, fine_train, fine_test, lr));
+    rows.push_back(train("Bf16Mixed + peft::Freeze (train " + names + ")",
+                         Best(options, {}, ftopt::peft::Freeze{.train = top}), model, fine_train, fine_test, lr));
   }
   print_table(rows);
   return 0;
