@@ -37,3 +37,6 @@
 #include <ftopt/precision/bf16_true.hpp>
 #include <ftopt/precision/fp16_mixed.hpp>
 #include <ftopt/precision/grad_scaler.hpp>
+#include <ftopt/precision/unscaled.hpp>
+#include <ftopt/peft/lora.hpp>
+#include <ftopt/peft/lora_adapter.hpp>

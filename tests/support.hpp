@@ -9,6 +9,8 @@
 
 #include <ftopt/error.hpp>
 #include <ftopt/models/mlp.hpp>
+#include <ftopt/state.hpp>
+#include <ftopt/trainer_options.hpp>
 
 namespace ftopt::test {
 
@@ -41,6 +43,23 @@ inline models::Mlp small_mlp(std::uint64_t seed = 1, double dropout = 0.0) {
   torch::manual_seed(seed);
   return models::Mlp({.in = 6, .hidden = {16}, .out = 3, .dropout = dropout});
 }
+
+/// Trainer options for tests: the CPU, no hardware report.
+inline TrainerOptions quiet(TrainerOptions options = {}) {
+  options.report_hardware = false;
+  options.device = torch::kCPU;
+  return options;
+}
+
+/// A callback that copies the module's parameters once `step` micro-batches of an epoch are done.
+struct SnapshotAt {
+  std::int64_t step;
+  torch::nn::Module* module;
+  std::vector<torch::Tensor>* out;
+  void on_step_end(const FitState& s) {
+    if (s.step == step) *out = snapshot(*module);
+  }
+};
 
 using Batches = std::vector<std::pair<torch::Tensor, torch::Tensor>>;
 

@@ -15,13 +15,7 @@ using namespace ftopt;
 using ftopt::test::message_of;
 using Catch::Matchers::Contains;
 
-namespace {
-TrainerOptions quiet(TrainerOptions options = {}) {
-  options.report_hardware = false;
-  options.device = torch::kCPU;
-  return options;
-}
-} // namespace
+using ftopt::test::quiet;
 
 TEST_CASE("Trainer<> steps exactly as the hand-written PyTorch loop", "[trainer]") {
   // The loop of the PyTorch tutorials: zero_grad; loss = cross_entropy(model(x), y);
@@ -145,14 +139,7 @@ TEST_CASE("A NaN loss stops fit with the step named and the weights kept", "[tra
   Trainer<> trainer(options);
   torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
   std::vector<torch::Tensor> after_two;
-  struct Snap {
-    std::vector<torch::Tensor>* out;
-    torch::nn::Module* module;
-    void on_step_end(const FitState& s) {
-      if (s.step == 2) *out = test::snapshot(*module);
-    }
-  };
-  auto message = message_of([&] { trainer.fit(model, optimizer, batches, Snap{&after_two, model.get()}); });
+  auto message = message_of([&] { trainer.fit(model, optimizer, batches, test::SnapshotAt{2, model.get(), &after_two}); });
   CHECK_THAT(message, Contains("the loss is nan at epoch 0, step 2") &&
                           Contains("weights are those after optimizer step 2"));
   CHECK(test::same_values(test::snapshot(*model), after_two));

@@ -10,9 +10,9 @@
 #include "../support.hpp"
 
 using namespace ftopt;
+using ftopt::test::quiet;
 
 namespace {
-TrainerOptions quiet() { return {.device = torch::kCPU, .report_hardware = false}; }
 
 models::ViT tiny_vit(std::uint64_t seed) {
   torch::manual_seed(seed);
@@ -121,14 +121,7 @@ TEST_CASE("A loss-scaling policy skips a NaN step and the epoch reports it", "[p
   Trainer<ScaledFp32> trainer(options);
   torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
   std::vector<torch::Tensor> after_first;
-  struct Snap {
-    std::vector<torch::Tensor>* out;
-    torch::nn::Module* module;
-    void on_step_end(const FitState& s) {
-      if (s.step == 1) *out = test::snapshot(*module);
-    }
-  } snap{&after_first, model.get()};
-  std::vector<torch::Tensor> after_second;
+  test::SnapshotAt snap{1, model.get(), &after_first};
   auto batches = test::random_batches(3, 4);
   auto stats = trainer.fit(model, optimizer, test::Batches(batches.begin(), batches.begin() + 2), snap).epochs.at(0);
   CHECK(stats.skipped_steps == 1);

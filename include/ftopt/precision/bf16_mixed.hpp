@@ -8,24 +8,18 @@
 
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/precision/concept.hpp>
+#include <ftopt/precision/unscaled.hpp>
 #include <ftopt/precision/device_of.hpp>
 
 namespace ftopt::precision {
 
-struct Bf16Mixed {
+struct Bf16Mixed : Unscaled {
   using axis = ftopt::axis::Precision;
   static constexpr c10::ScalarType autocast_dtype = c10::ScalarType::BFloat16;
 
   void prepare(torch::nn::Module& module) { device_ = detail::device_of(module); }
   [[nodiscard]] compat::AutocastScope forward_scope() const { return {device_, at::kBFloat16}; }
   torch::Tensor loss_input(const torch::Tensor& out) const { return out.to(at::kFloat); }
-  void backward(const torch::Tensor& loss) { loss.backward(); }
-  void unscale(torch::optim::Optimizer&) {}
-  bool step(torch::optim::Optimizer& optimizer) {
-    optimizer.step();
-    return true;
-  }
-  void update() {}
 
 private:
   c10::DeviceType device_ = c10::DeviceType::CPU;

@@ -7,10 +7,11 @@
 ///   ftopt::Trainer<ftopt::precision::Bf16True> trainer;
 
 #include <ftopt/precision/concept.hpp>
+#include <ftopt/precision/unscaled.hpp>
 
 namespace ftopt::precision {
 
-struct Bf16True {
+struct Bf16True : Unscaled {
   using axis = ftopt::axis::Precision;
 
   void prepare(torch::nn::Module& module) { module.to(at::kBFloat16); }
@@ -21,13 +22,6 @@ struct Bf16True {
     return input.is_floating_point() ? input.to(at::kBFloat16) : input;
   }
   torch::Tensor loss_input(const torch::Tensor& out) const { return out.to(at::kFloat); }
-  void backward(const torch::Tensor& loss) { loss.backward(); }
-  void unscale(torch::optim::Optimizer&) {}
-  bool step(torch::optim::Optimizer& optimizer) {
-    optimizer.step();
-    return true;
-  }
-  void update() {}
 };
 
 static_assert(Policy<Bf16True>);

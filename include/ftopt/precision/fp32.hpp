@@ -4,10 +4,11 @@
 ///   ftopt::Trainer<ftopt::precision::Fp32> trainer;
 
 #include <ftopt/precision/concept.hpp>
+#include <ftopt/precision/unscaled.hpp>
 
 namespace ftopt::precision {
 
-struct Fp32 {
+struct Fp32 : Unscaled {
   using axis = ftopt::axis::Precision;
 
   /// Nothing is alive during the forward.
@@ -16,13 +17,6 @@ struct Fp32 {
   void prepare(torch::nn::Module&) {}
   [[nodiscard]] Scope forward_scope() const { return {}; }
   torch::Tensor loss_input(torch::Tensor out) const { return out; }
-  void backward(const torch::Tensor& loss) { loss.backward(); }
-  void unscale(torch::optim::Optimizer&) {}
-  bool step(torch::optim::Optimizer& optimizer) {
-    optimizer.step();
-    return true;
-  }
-  void update() {}
 };
 
 static_assert(Policy<Fp32>);

@@ -1,0 +1,170 @@
+#pragma once
+/// peft::Lora: low-rank adapters (Hu et al. 2021) with the semantics and names of Hugging Face
+/// PEFT's LoraConfig. Each target nn::Linear computes
+///     y = W x + b + scaling * B(A(dropout(x))),   scaling = alpha / r  (rsLoRA: alpha / sqrt(r))
+/// with A [r, in] Kaiming-uniform (a = sqrt(5)) and B [out, r] zero, so the model is unchanged at
+/// step 0; only A and B train (plus biases or whole modules when asked). A and B are registered
+/// on the layer as "lora_A" and "lora_B", so ".query.lora_A.weight" is in the state dict.
+///
+///   ftopt::Trainer<ftopt::precision::Bf16Mixed, ftopt::peft::Lora> trainer(
+///       {}, {}, ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "value"},
+///                                  .modules_to_save = {"classifier"}}));
+///   ...
+///   ftopt::peft::save_adapter(*model, trainer.peft(), "adapter/");   // PEFT's file names
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/init.h>
+#include <torch/nn/module.h>
+
+#include <ftopt/error.hpp>
+#include <ftopt/nn/linear.hpp>
+#include <ftopt/nn/names.hpp>
+#include <ftopt/peft/concept.hpp>
+#include <ftopt/peft/full.hpp>
+
+namespace ftopt::peft {
+
+/// PEFT's `bias`: which biases train beside the adapters.
+enum class LoraBias { None, All, LoraOnly };
+
+/// The branch attached to one nn::Linear.
+class LoraBranch : public nn::Extension<nn::LinearImpl> {
+public:
+  LoraBranch(nn::LinearImpl& layer, std::int64_t r, double scaling, double dropout)
+      : scaling_(scaling), dropout_(dropout),
+        a_(nn::Linear(torch::nn::LinearOptions(layer.options.in_features(), r).bias(false))),
+        b_(nn::Linear(torch::nn::LinearOptions(r, layer.options.out_features()).bias(false))) {
+    torch::NoGradGuard no_grad;
+    torch::nn::init::kaiming_uniform_(a_->weight, std::sqrt(5.0));  // PEFT's reset_lora_parameters
+    b_->weight.zero_();
+    a_->to(layer.weight.device(), layer.weight.scalar_type());
+    b_->to(layer.weight.device(), layer.weight.scalar_type());
+    layer.register_module("lora_A", a_);
+    layer.register_module("lora_B", b_);
+  }
+
+  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
+    at::Tensor out = layer.base_forward(x);
+    if (merged_) return out;
+    const at::Tensor dropped = dropout_ > 0 ? at::dropout(x, dropout_, layer.is_training()) : x;
+    return out + b_(a_(dropped)) * scaling_;
+  }
+
+  /// scaling * B A, the update merge adds to W.
+  at::Tensor delta() const { return at::matmul(b_->weight, a_->weight) * scaling_; }
+  bool merged() const { return merged_; }
+  void set_merged(bool merged) { merged_ = merged; }
+  nn::Linear& a() { return a_; }
+  nn::Linear& b() { return b_; }
+
+private:
+  double scaling_, dropout_;
+  nn::Linear a_, b_;
+  bool merged_ = false;
+};
+
+/// PEFT's LoraConfig, by its field names where they differ in the comments.
+struct LoraOptions {
+  std::int64_t r = 8;
+  double alpha = 8;            ///< PEFT: lora_alpha
+  double dropout = 0.0;        ///< PEFT: lora_dropout
+  /// PEFT: target_modules (module names: "query", a dotted suffix, or nn::regex(...)).
+  nn::NamePatterns targets = {"query", "value"};
+  LoraBias bias = LoraBias::None;
+  /// PEFT: modules_to_save; these train in full (e.g. a new classifier head).
+  nn::NamePatterns modules_to_save;
+  bool rslora = false;         ///< PEFT: use_rslora, scaling alpha / sqrt(r)
+
+  void validate() const {
+    ftopt::detail::check(r > 0, "Lora: r must be > 0, got ", r);
+    ftopt::detail::check(alpha > 0, "Lora: alpha must be > 0, got ", alpha);
+    ftopt::detail::check(dropout >= 0 && dropout < 1, "Lora: dropout must be in [0, 1), got ", dropout);
+    ftopt::detail::check(!targets.empty(), "Lora: targets is empty; name the Linear modules to adapt");
+  }
+
+  double scaling() const { return rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r); }
+
+};
+
+class Lora {
+public:
+  using axis = ftopt::axis::Peft;
+
+  Lora(LoraOptions options = {}) : options_(std::move(options)) {}  // NOLINT: implicit, for Lora({.r = 8})
+
+  void validate() const { options_.validate(); }
+  const LoraOptions& options() const { return options_; }
+
+  /// Freezes the model, attaches a branch to every nn::Linear whose name matches a target,
+  /// and unfreezes the adapters, the biases `bias` asks for and `modules_to_save`.
+  void attach(torch::nn::Module& module) {
+    std::vector<std::pair<std::string, nn::LinearImpl*>> layers;
+    for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+      bool hit = false;
+      for (const auto& pattern : options_.targets) hit = hit || pattern.matches(item.key());
+      if (!hit) continue;
+      auto* linear = item.value()->as<nn::LinearImpl>();
+      ftopt::detail::check(linear != nullptr, "Lora: target '", item.key(),
+                           "' is not an ftopt::nn::Linear; LoRA adapts nn::Linear layers");
+      layers.emplace_back(item.key(), linear);
+    }
+    std::string names;
+    for (const auto& t : options_.targets) names += (names.empty() ? "'" : ", '") + t.text + "'";
+    ftopt::detail::check(!layers.empty(), "Lora: targets ", names, " match no module; module names here: ",
+                         nn::detail::module_names_hint(module));
+    for (auto& p : module.parameters()) p.requires_grad_(false);
+    branches_.clear();
+    for (auto& [name, linear] : layers) {
+      auto branch = std::make_shared<LoraBranch>(*linear, options_.r, options_.scaling(), options_.dropout);
+      linear->attach(branch);
+      branches_.emplace_back(name, branch);
+      if (options_.bias == LoraBias::LoraOnly && linear->bias.defined()) linear->bias.requires_grad_(true);
+    }
+    if (options_.bias == LoraBias::All)
+      for (auto& item : module.named_parameters())
+        if (item.key().ends_with("bias")) item.value().requires_grad_(true);
+    if (!options_.modules_to_save.empty())
+      for (const auto& name : nn::parameters_under(module, options_.modules_to_save)) module.named_parameters()[name].requires_grad_(true);
+    for (auto& [name, branch] : branches_) {
+      branch->a()->weight.requires_grad_(true);
+      branch->b()->weight.requires_grad_(true);
+    }
+  }
+
+  std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module) const {
+    return Full{}.trainable_parameters(module);
+  }
+
+  /// Folds every branch into its layer: W += scaling * B A. The forward then skips the branch;
+  /// outputs are unchanged up to rounding.
+  void merge(torch::nn::Module& module) { fold(module, +1); }
+  /// Takes the branches back out of the weights (after merge).
+  void unmerge(torch::nn::Module& module) { fold(module, -1); }
+
+  /// The adapted layers' names and branches, in module order.
+  const std::vector<std::pair<std::string, std::shared_ptr<LoraBranch>>>& branches() const { return branches_; }
+
+private:
+  void fold(torch::nn::Module& module, int sign) {
+    torch::NoGradGuard no_grad;
+    auto modules = module.named_modules("", false);
+    for (auto& [name, branch] : branches_) {
+      if (branch->merged() == (sign > 0)) continue;
+      auto* linear = modules[name]->as<nn::LinearImpl>();
+      linear->weight.add_(branch->delta().to(linear->weight.scalar_type()), sign);
+      branch->set_merged(sign > 0);
+    }
+  }
+
+  LoraOptions options_;
+  std::vector<std::pair<std::string, std::shared_ptr<LoraBranch>>> branches_;
+};
+
+static_assert(Policy<Lora>);
+
+} // namespace ftopt::peft

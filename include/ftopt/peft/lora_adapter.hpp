@@ -1,0 +1,125 @@
+#pragma once
+/// LoRA adapters on disk, as Hugging Face PEFT writes them: a folder with
+/// `adapter_model.safetensors` (the trainable tensors only, named "base_model.model.<name>",
+/// e.g. "base_model.model.vit.encoder.layer.0.attention.attention.query.lora_A.weight") and
+/// `adapter_config.json` (LoraConfig's field names: peft_type, r, lora_alpha, lora_dropout,
+/// target_modules, bias, modules_to_save, use_rslora, ...).
+///
+///   ftopt::peft::save_adapter(*model, trainer.peft(), "adapter");
+///   auto lora = ftopt::peft::lora_config("adapter");               // the saved LoraOptions
+///   ... attach it to a fresh model (Trainer::prepare) ...
+///   ftopt::peft::load_adapter(*model, "adapter");
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
+
+#include <ftopt/detail/atomic_file.hpp>
+#include <ftopt/error.hpp>
+#include <ftopt/peft/lora.hpp>
+#include <ftopt/weights/safetensors.hpp>
+#include <ftopt/weights/state_dict.hpp>
+
+namespace ftopt::peft {
+
+inline constexpr const char* peft_prefix = "base_model.model.";
+
+namespace detail {
+inline const char* bias_name(LoraBias bias) {
+  return bias == LoraBias::All ? "all" : bias == LoraBias::LoraOnly ? "lora_only" : "none";
+}
+inline nlohmann::json patterns_json(const nn::NamePatterns& patterns) {
+  // PEFT: a list of names, or one string that is a regex.
+  if (patterns.size() == 1 && patterns.front().is_regex) return patterns.front().text;
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& p : patterns) {
+    ftopt::detail::check(!p.is_regex, "save_adapter: PEFT's config holds one regex or a list of names, not a mix");
+    list.push_back(p.text);
+  }
+  return list;
+}
+inline nn::NamePatterns patterns_from(const nlohmann::json& value) {
+  if (value.is_string()) return {nn::regex(value.get<std::string>())};
+  nn::NamePatterns out;
+  if (value.is_array())
+    for (const auto& v : value) out.emplace_back(v.get<std::string>());
+  return out;
+}
+} // namespace detail
+
+/// Writes the module's trainable tensors and the Lora settings into `dir` (created if needed).
+inline void save_adapter(const torch::nn::Module& module, const Lora& policy, const std::filesystem::path& dir) {
+  const LoraOptions& lora = policy.options();
+  std::filesystem::create_directories(dir);
+  weights::StateDict adapter;
+  for (const auto& item : weights::state_dict(module))
+    if (item.value().requires_grad()) adapter.insert(peft_prefix + item.key(), item.value());
+  ftopt::detail::check(!adapter.is_empty(), "save_adapter: the module has no trainable tensors (was Lora attached?)");
+  nlohmann::ordered_json config = {
+      {"peft_type", "LORA"},
+      {"r", lora.r},
+      {"lora_alpha", lora.alpha},
+      {"lora_dropout", lora.dropout},
+      {"target_modules", detail::patterns_json(lora.targets)},
+      {"bias", detail::bias_name(lora.bias)},
+      {"modules_to_save", lora.modules_to_save.empty() ? nlohmann::json(nullptr) : detail::patterns_json(lora.modules_to_save)},
+      {"use_rslora", lora.rslora},
+      {"fan_in_fan_out", false},
+      {"init_lora_weights", true},
+      {"inference_mode", true},
+      {"task_type", nullptr},
+      {"base_model_name_or_path", nullptr}};
+  weights::save_safetensors(dir / "adapter_model.safetensors", adapter, {{"format", "pt"}});
+  ftopt::detail::write_atomically(dir / "adapter_config.json", "save_adapter",
+                                  [&](std::ostream& out) { out << config.dump(2) << '\n'; });
+}
+
+/// The Lora settings of a saved adapter (PEFT's adapter_config.json).
+inline LoraOptions lora_config(const std::filesystem::path& dir) {
+  const auto path = dir / "adapter_config.json";
+  ftopt::detail::check(std::filesystem::is_regular_file(path), "lora_config: ", path.string(), ": no such file");
+  nlohmann::json config;
+  try {
+    std::ifstream in(path);
+    config = nlohmann::json::parse(in);
+    ftopt::detail::check(config.value("peft_type", "") == "LORA", "lora_config: ", path.string(),
+                         ": peft_type is '", config.value("peft_type", ""), "', not 'LORA'");
+    LoraOptions lora;
+    lora.r = config.at("r").get<std::int64_t>();
+    lora.alpha = config.at("lora_alpha").get<double>();
+    lora.dropout = config.value("lora_dropout", 0.0);
+    lora.targets = detail::patterns_from(config.at("target_modules"));
+    const auto bias = config.value("bias", std::string("none"));
+    lora.bias = bias == "all" ? LoraBias::All : bias == "lora_only" ? LoraBias::LoraOnly : LoraBias::None;
+    if (config.contains("modules_to_save")) lora.modules_to_save = detail::patterns_from(config["modules_to_save"]);
+    lora.rslora = config.value("use_rslora", false);
+    lora.validate();
+    return lora;
+  } catch (const nlohmann::json::exception& e) {
+    ftopt::detail::fail("lora_config: ", path.string(), ": ", e.what());
+  }
+}
+
+/// Loads a saved adapter into a module that has the same Lora attached. Every tensor of the file
+/// must find its place; the module's other tensors are left as they are.
+inline weights::LoadReport load_adapter(torch::nn::Module& module, const std::filesystem::path& dir) {
+  const auto path = dir / "adapter_model.safetensors";
+  weights::StateDict file = weights::load_safetensors(path);
+  weights::StateDict renamed;
+  const std::string prefix = peft_prefix;
+  for (const auto& item : file)
+    renamed.insert(item.key().starts_with(prefix) ? item.key().substr(prefix.size()) : item.key(), item.value());
+  const auto own = weights::state_dict(module);
+  std::vector<std::string> stray;
+  for (const auto& item : renamed)
+    if (!own.contains(item.key())) stray.push_back(item.key());
+  ftopt::detail::check(stray.empty(), "load_adapter: ", path.string(), ": ", stray.size(),
+                       " tensors have no place in the model (is the same Lora attached?), first: ",
+                       stray.empty() ? "" : stray.front());
+  return weights::load_state_dict(module, renamed, {.strict = false}, "load_adapter: " + path.string());
+}
+
+} // namespace ftopt::peft
