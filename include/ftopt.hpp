@@ -40,3 +40,4 @@
 #include <ftopt/precision/unscaled.hpp>
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/peft/lora_adapter.hpp>
+#include <ftopt/peft/report.hpp>

@@ -159,3 +159,17 @@ TEST_CASE("Lora names its mistakes", "[peft][lora][errors]") {
   LoraTrainer norms(quiet(), {}, peft::Lora({.targets = {"layernorm_before"}}));
   CHECK_THAT(test::message_of([&] { norms.prepare(model); }), Catch::Contains("is not an ftopt::nn::Linear"));
 }
+
+TEST_CASE("Lora under Bf16Mixed, with a kept head, and PEFT's trainable report", "[peft][lora][bf16]") {
+  auto model = vit(9);
+  Trainer<precision::Bf16Mixed, peft::Lora> trainer(
+      test::quiet({.epochs = 4}), {}, peft::Lora({.r = 4, .alpha = 8, .targets = {"query", "value"}, .modules_to_save = {"classifier"}}));
+  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-2));
+  // PEFT's print_trainable_parameters format: 8 LoRA matrices of 4x16 (512) and the 10x16 + 10
+  // head make 682 trainable of 6,250 (the ViT's 5,568 plus the adapters); 682 / 6250 = 10.912%.
+  CHECK(peft::trainable_report(*model) == "trainable params: 682 || all params: 6,250 || trainable%: 10.9120");
+  torch::manual_seed(10);
+  auto summary = trainer.fit(model, optimizer, test::Batches{{torch::randn({32, 1, 28, 28}), torch::randint(0, 10, {32})}});
+  CHECK(summary.epochs.back().loss < summary.epochs.front().loss);
+  for (auto& p : trainer.trainable_parameters()) CHECK(p.scalar_type() == torch::kFloat);
+}
