@@ -41,3 +41,4 @@
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/peft/lora_adapter.hpp>
 #include <ftopt/peft/report.hpp>
+#include <ftopt/peft/adapter.hpp>
