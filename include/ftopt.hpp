@@ -42,3 +42,4 @@
 #include <ftopt/peft/lora_adapter.hpp>
 #include <ftopt/peft/report.hpp>
 #include <ftopt/peft/adapter.hpp>
+#include <ftopt/peft/prefix.hpp>

@@ -4,9 +4,14 @@
 /// rule holds for every policy with that property, ours or a user's:
 ///   Precision: `static constexpr c10::ScalarType autocast_dtype`   (absent: no autocast)
 ///   Precision: `static constexpr bool skips_non_finite_steps`      (absent: false)
+///   Peft:      `static constexpr bool needs_prefix_attention`      (absent: false)
 ///   Quant:     `static constexpr bool fake_quant_training`         (absent: false)
+///   Model:     `static constexpr bool has_prefix_attention` in its module class
 /// A broken rule is one static_assert with a sentence naming the axes, the policies' property
 /// and the fix; the compiler's note names the policies.
+
+#include <type_traits>
+#include <utility>
 
 #include <c10/core/ScalarType.h>
 
@@ -23,6 +28,26 @@ inline constexpr bool autocasts_to_fp16 =
 /// the Trainer does not stop on a non-finite loss.
 template <class Precision>
 inline constexpr bool skips_non_finite_steps = requires { requires Precision::skips_non_finite_steps; };
+
+/// The peft policy inserts prefixes into attention layers (prefix tuning).
+template <class Peft>
+inline constexpr bool needs_prefix_attention = requires { requires Peft::needs_prefix_attention; };
+
+/// The model's attention layers take prefixes (models::ViT declares it).
+template <class M>
+inline constexpr bool has_prefix_attention =
+    requires { requires std::remove_cvref_t<decltype(*std::declval<M&>())>::has_prefix_attention; };
+
+/// true, or a static_assert naming the rule the model breaks for this Peft policy.
+template <class Peft, class M>
+consteval bool check_model_for() {
+  if constexpr (needs_prefix_attention<Peft> && !has_prefix_attention<M>)
+    static_assert(detail::dependent_false<Peft, M>,
+                  "ftopt::Trainer: this Peft policy (prefix tuning) needs a model whose attention "
+                  "layers take prefixes (like models::ViT); this model has none: use peft::Lora or "
+                  "peft::Adapter with it.");
+  return true;
+}
 
 /// The quant policy's training forward runs fake-quantized (QAT).
 template <class Quant>

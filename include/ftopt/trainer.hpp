@@ -110,7 +110,7 @@ public:
   /// Calling it again for the same model returns the same parameters.
   template <class M>
   const std::vector<torch::Tensor>& prepare(M& model) {
-    static_assert(detail::check_model<M>());
+    static_assert(detail::check_model<M>() && rules::check_model_for<Peft, M>());
     torch::nn::Module& module = detail::module_of(model);
     if (prepared_ == &module) return trainable_;
     module.to(device_);

@@ -27,6 +27,7 @@
 #include <ftopt/error.hpp>
 #include <ftopt/nn/conv2d.hpp>
 #include <ftopt/nn/layer_norm.hpp>
+#include <ftopt/nn/attention_prefix.hpp>
 #include <ftopt/nn/linear.hpp>
 
 namespace ftopt::models {
@@ -100,7 +101,7 @@ struct ViTEmbeddingsImpl : torch::nn::Module {
 TORCH_MODULE(ViTEmbeddings);
 
 /// HF ViTSelfAttention: query, key, value projections and scaled dot-product attention.
-struct ViTSelfAttentionImpl : torch::nn::Module {
+struct ViTSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
   explicit ViTSelfAttentionImpl(const ViTOptions& o)
       : heads(o.heads), attention_dropout(o.attention_dropout),
         query(register_module("query", detail::linear(o.hidden, o.hidden, o.qkv_bias))),
@@ -108,11 +109,19 @@ struct ViTSelfAttentionImpl : torch::nn::Module {
         value(register_module("value", detail::linear(o.hidden, o.hidden, o.qkv_bias))) {}
   torch::Tensor forward(const torch::Tensor& x) {
     const auto B = x.size(0), T = x.size(1), C = x.size(2);
-    auto split = [&](const torch::Tensor& t) { return t.view({B, T, heads, C / heads}).transpose(1, 2); };
-    auto out = compat::scaled_dot_product_attention(split(query(x)), split(key(x)), split(value(x)),
-                                                    std::nullopt, is_training() ? attention_dropout : 0.0);
+    auto split = [&](const torch::Tensor& t) { return t.reshape({B, t.size(1), heads, C / heads}).transpose(1, 2); };
+    torch::Tensor k = key(x), v = value(x);
+    if (prefix_) {  // prefix tuning: extra key and value rows every query attends to
+      auto [pk, pv] = prefix_->key_value();
+      k = prepend(pk, k);
+      v = prepend(pv, v);
+    }
+    auto out = compat::scaled_dot_product_attention(split(query(x)), split(k), split(v), std::nullopt,
+                                                    is_training() ? attention_dropout : 0.0);
     return out.transpose(1, 2).reshape({B, T, C});
   }
+  std::int64_t prefix_width() const override { return query->options.out_features(); }
+
   std::int64_t heads;
   double attention_dropout;
   nn::Linear query, key, value;
@@ -200,6 +209,9 @@ TORCH_MODULE(ViTModel);
 
 class ViTImpl : public torch::nn::Module {
 public:
+  /// Its self-attention layers accept prefixes (peft::Prefix).
+  static constexpr bool has_prefix_attention = true;
+
   explicit ViTImpl(ViTOptions options = {})
       : options_((options.validate(), std::move(options))),
         vit(register_module("vit", ViTModel(options_))),
