@@ -1,8 +1,9 @@
 // The main job: pretrain a backbone on Fashion-MNIST classes 0-4 (cached on disk after the first
 // run), then fine-tune it on classes 5-9: the naive baseline (fp32, full fine-tuning), Bf16Mixed,
-// and the best policies ftopt has today (Bf16Mixed + peft::Freeze), and close with a table.
+// and the best policies ftopt has today (Bf16Mixed + LoRA for the ViT, Bf16Mixed + Freeze for
+// the ResNet, whose convolutions LoRA does not adapt yet), and close with a table.
 //
-//   build/examples/finetune [--model resnet|vit] [--epochs N] [--pretrain-epochs N] [--lr X]
+//   build/examples/finetune [--model vit|resnet] [--epochs N] [--pretrain-epochs N] [--lr X]
 //                           [--all-classes [--precision fp32|bf16] [--augment]]
 //                           [--train-limit N] [--data DIR] [--cache DIR]
 //
@@ -14,6 +15,7 @@
 #include <iostream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <range/v3/view/transform.hpp>
@@ -26,7 +28,7 @@
 namespace {
 
 struct Args {
-  std::string model = "resnet";
+  std::string model = "vit";
   std::string precision = "fp32";  // --all-classes: fp32 or bf16 (Bf16Mixed)
   std::int64_t epochs = 2;
   std::int64_t pretrain_epochs = 2;
@@ -216,7 +218,17 @@ int run(const Args& args, M (*make)(std::int64_t), ftopt::nn::NamePatterns top) 
     rows.push_back(train("Bf16Mixed, full fine-tuning", ftopt::Trainer<ftopt::precision::Bf16Mixed>(options), model,
                          fine_train, fine_test, lr));
   }
-  {
+  if constexpr (std::is_same_v<M, ftopt::models::ViT>) {
+    // LoRA on every Linear of the blocks (PEFT's "all-linear" choice: query, key, value and the
+    // dense projections) with a new head; adapters want a larger learning rate than full
+    // fine-tuning.
+    auto model = fresh();
+    using Best = ftopt::Trainer<ftopt::precision::Bf16Mixed, ftopt::peft::Lora>;
+    rows.push_back(train("Bf16Mixed + peft::Lora (r 8, all block Linears, head)",
+                         Best(options, {}, ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
+                                                              .modules_to_save = {"classifier"}})),
+                         model, fine_train, fine_test, 3 * lr));
+  } else {
     auto model = fresh();
     using Best = ftopt::Trainer<ftopt::precision::Bf16Mixed, ftopt::peft::Freeze>;
     std::string names;

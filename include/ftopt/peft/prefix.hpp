@@ -17,6 +17,7 @@
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/embedding.h>
 
 #include <ftopt/error.hpp>
