@@ -42,10 +42,30 @@ TEST_CASE("peft::Freeze trains only what it names; frozen weights get no gradien
 
 TEST_CASE("peft::Freeze names its mistakes", "[peft][freeze][errors]") {
   CHECK_THAT(test::message_of([] { Trainer<precision::Fp32, peft::Freeze>({}, {}, peft::Freeze{}); }),
-             Catch::Contains("name what to train (.train) or what to freeze (.freeze)"));
+             Catch::Contains("name what to train (.train, .last_blocks) or what to freeze (.freeze)"));
   auto model = test::small_mlp();
   Trainer<precision::Fp32, peft::Freeze> trainer({.device = torch::kCPU, .report_hardware = false}, {},
                                                  peft::Freeze{.train = {"head"}});
   CHECK_THAT(test::message_of([&] { trainer.prepare(model); }),
              Catch::Contains("pattern 'head' matches no module or parameter; module names here: 0, 1, 2, layers"));
+}
+
+TEST_CASE("peft::Freeze trains the last k blocks of a container", "[peft][freeze]") {
+  torch::manual_seed(1);
+  models::ViT vit({.image_size = 28, .patch_size = 7, .channels = 1, .hidden = 16, .layers = 3, .heads = 2,
+                   .intermediate = 32, .num_labels = 10});
+  Trainer<precision::Fp32, peft::Freeze> trainer(test::quiet(), {},
+                                                 peft::Freeze{.train = {"classifier"}, .last_blocks = 2, .blocks = "encoder.layer"});
+  trainer.prepare(vit);
+  for (const auto& item : vit->named_parameters()) {
+    INFO(item.key());
+    const bool trains = item.key().rfind("vit.encoder.layer.1.", 0) == 0 || item.key().rfind("vit.encoder.layer.2.", 0) == 0 ||
+                        item.key().rfind("classifier.", 0) == 0;
+    CHECK(item.value().requires_grad() == trains);
+  }
+  auto other = vit;  // the same model: prepare is not run twice; check the errors on fresh trainers
+  Trainer<precision::Fp32, peft::Freeze> too_many(test::quiet(), {}, peft::Freeze{.last_blocks = 4, .blocks = "encoder.layer"});
+  CHECK_THAT(test::message_of([&] { too_many.prepare(other); }), Catch::Contains("last_blocks is 4 but vit.encoder.layer has 3 blocks"));
+  CHECK_THAT(test::message_of([] { Trainer<precision::Fp32, peft::Freeze>(test::quiet(), {}, peft::Freeze{.last_blocks = 1}); }),
+             Catch::Contains("last_blocks is 1 but .blocks names no container"));
 }
