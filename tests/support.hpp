@@ -9,6 +9,7 @@
 
 #include <ftopt/error.hpp>
 #include <ftopt/models/mlp.hpp>
+#include <ftopt/models/vit.hpp>
 #include <ftopt/state.hpp>
 #include <ftopt/trainer_options.hpp>
 
@@ -60,6 +61,13 @@ struct SnapshotAt {
     if (s.step == step) *out = snapshot(*module);
   }
 };
+
+/// A ViT small enough for unit tests (28x28, one channel, patch 7), the same for the same seed.
+inline models::ViT tiny_vit(std::uint64_t seed, std::int64_t hidden = 16, std::int64_t layers = 2) {
+  torch::manual_seed(seed);
+  return models::ViT({.image_size = 28, .patch_size = 7, .channels = 1, .hidden = hidden, .layers = layers,
+                      .heads = 2, .intermediate = 2 * hidden, .num_labels = 10});
+}
 
 using Batches = std::vector<std::pair<torch::Tensor, torch::Tensor>>;
 

@@ -12,16 +12,11 @@ using namespace ftopt;
 using ftopt::test::quiet;
 
 namespace {
-models::ViT adapter_vit(std::uint64_t seed) {
-  torch::manual_seed(seed);
-  return models::ViT({.image_size = 28, .patch_size = 7, .channels = 1, .hidden = 16, .layers = 2, .heads = 2,
-                      .intermediate = 32, .num_labels = 10});
-}
 using AdapterTrainer = Trainer<precision::Fp32, peft::Adapter>;
 } // namespace
 
 TEST_CASE("Adapters sit after the attention and MLP outputs and start as the identity", "[peft][adapter]") {
-  auto model = adapter_vit(1);
+  auto model = test::tiny_vit(1);
   model->eval();
   auto x = torch::randn({3, 1, 28, 28});
   auto before = model->forward(x).detach();
@@ -55,7 +50,7 @@ TEST_CASE("An adapter computes y + up(gelu(down(y)))", "[peft][adapter]") {
 }
 
 TEST_CASE("Training with adapters moves only the adapters (and a kept head)", "[peft][adapter]") {
-  auto model = adapter_vit(3);
+  auto model = test::tiny_vit(3);
   AdapterTrainer trainer(quiet({.epochs = 5}), {}, peft::Adapter({.reduction_factor = 4, .modules_to_save = {"classifier"}}));
   torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-2));
   auto frozen = model->named_parameters()["vit.encoder.layer.0.attention.attention.key.weight"].clone();
@@ -72,5 +67,5 @@ TEST_CASE("Adapter names its mistakes", "[peft][adapter][errors]") {
   auto mlp = test::small_mlp();
   AdapterTrainer trainer(quiet(), {}, peft::Adapter{});
   CHECK_THAT(test::message_of([&] { trainer.prepare(mlp); }),
-             Catch::Contains("the targets match no module; module names here: 0, 1, 2, layers"));
+             Catch::Contains("match no module; module names here: 0, 1, 2, layers"));
 }

@@ -18,16 +18,11 @@ using namespace ftopt;
 using ftopt::test::quiet;
 
 namespace {
-models::ViT vit(std::uint64_t seed) {
-  torch::manual_seed(seed);
-  return models::ViT({.image_size = 28, .patch_size = 7, .channels = 1, .hidden = 16, .layers = 2, .heads = 2,
-                      .intermediate = 32, .num_labels = 10});
-}
 using LoraTrainer = Trainer<precision::Fp32, peft::Lora>;
 } // namespace
 
 TEST_CASE("Lora adapts the seeds' targets and nothing else trains", "[peft][lora]") {
-  auto model = vit(1);
+  auto model = test::tiny_vit(1);
   model->eval();
   auto x = torch::randn({3, 1, 28, 28});
   auto before = model->forward(x).detach();
@@ -76,7 +71,7 @@ TEST_CASE("The LoRA forward is W x + b + (alpha / r) B A x; merge and unmerge", 
 
 TEST_CASE("Lora's bias and modules_to_save settings", "[peft][lora]") {
   SECTION("bias all, head kept trainable") {
-    auto model = vit(3);
+    auto model = test::tiny_vit(3);
     LoraTrainer trainer(quiet(), {}, peft::Lora({.targets = {"query"}, .bias = peft::LoraBias::All, .modules_to_save = {"classifier"}}));
     trainer.prepare(model);
     for (const auto& item : model->named_parameters()) {
@@ -87,7 +82,7 @@ TEST_CASE("Lora's bias and modules_to_save settings", "[peft][lora]") {
     }
   }
   SECTION("bias lora_only") {
-    auto model = vit(3);
+    auto model = test::tiny_vit(3);
     LoraTrainer trainer(quiet(), {}, peft::Lora({.targets = {"query"}, .bias = peft::LoraBias::LoraOnly}));
     trainer.prepare(model);
     CHECK(model->named_parameters()["vit.encoder.layer.0.attention.attention.query.bias"].requires_grad());
@@ -96,7 +91,7 @@ TEST_CASE("Lora's bias and modules_to_save settings", "[peft][lora]") {
 }
 
 TEST_CASE("Training with Lora moves only the adapters", "[peft][lora]") {
-  auto model = vit(4);
+  auto model = test::tiny_vit(4);
   LoraTrainer trainer({.epochs = 5, .device = torch::kCPU, .report_hardware = false}, {},
                       peft::Lora({.r = 4, .alpha = 8, .targets = {"query", "value", "dense"}, .modules_to_save = {"classifier"}}));
   torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-2));
@@ -110,7 +105,7 @@ TEST_CASE("Training with Lora moves only the adapters", "[peft][lora]") {
 
 TEST_CASE("Adapters save and load with PEFT's names and config", "[peft][lora]") {
   const auto dir = std::filesystem::temp_directory_path() / ("ftopt-lora-" + std::to_string(::getpid()));
-  auto model = vit(6);
+  auto model = test::tiny_vit(6);
   peft::LoraOptions settings{.r = 4, .alpha = 16, .dropout = 0.1, .targets = {"query", "value"}, .modules_to_save = {"classifier"}};
   LoraTrainer trainer({.epochs = 2, .device = torch::kCPU, .report_hardware = false}, {}, settings);
   torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-2));
@@ -132,7 +127,7 @@ TEST_CASE("Adapters save and load with PEFT's names and config", "[peft][lora]")
   auto restored_settings = peft::lora_config(dir);
   CHECK(restored_settings.r == 4);
   CHECK(restored_settings.alpha == 16);
-  auto fresh = vit(6);  // the same base weights, as a user's pretrained model would be
+  auto fresh = test::tiny_vit(6);  // the same base weights, as a user's pretrained model would be
   LoraTrainer other(quiet(), {}, restored_settings);
   other.prepare(fresh);
   auto report = peft::load_adapter(*fresh, dir);
@@ -142,7 +137,7 @@ TEST_CASE("Adapters save and load with PEFT's names and config", "[peft][lora]")
   auto x = torch::randn({2, 1, 28, 28});
   CHECK(torch::allclose(fresh->forward(x), model->forward(x)));
 
-  auto bare = vit(6);  // no Lora attached: the adapter's tensors have no place
+  auto bare = test::tiny_vit(6);  // no Lora attached: the adapter's tensors have no place
   CHECK_THAT(test::message_of([&] { peft::load_adapter(*bare, dir); }),
              Catch::Contains("have no place in the model (is the same Lora attached?)"));
   std::filesystem::remove_all(dir);
@@ -152,7 +147,7 @@ TEST_CASE("Lora names its mistakes", "[peft][lora][errors]") {
   CHECK_THAT(test::message_of([] { LoraTrainer(quiet(), {}, peft::Lora({.r = 0})); }), Catch::Contains("Lora: r must be > 0, got 0"));
   CHECK_THAT(test::message_of([] { LoraTrainer(quiet(), {}, peft::Lora({.dropout = 1.5})); }),
              Catch::Contains("dropout must be in [0, 1), got 1.5"));
-  auto model = vit(8);
+  auto model = test::tiny_vit(8);
   LoraTrainer trainer(quiet(), {}, peft::Lora({.targets = {"qeury"}}));
   CHECK_THAT(test::message_of([&] { trainer.prepare(model); }),
              Catch::Contains("targets 'qeury' match no module; module names here:") && Catch::Contains("query"));
@@ -161,7 +156,7 @@ TEST_CASE("Lora names its mistakes", "[peft][lora][errors]") {
 }
 
 TEST_CASE("Lora under Bf16Mixed, with a kept head, and PEFT's trainable report", "[peft][lora][bf16]") {
-  auto model = vit(9);
+  auto model = test::tiny_vit(9);
   Trainer<precision::Bf16Mixed, peft::Lora> trainer(
       test::quiet({.epochs = 4}), {}, peft::Lora({.r = 4, .alpha = 8, .targets = {"query", "value"}, .modules_to_save = {"classifier"}}));
   torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-2));

@@ -12,16 +12,11 @@ using namespace ftopt;
 using ftopt::test::quiet;
 
 namespace {
-models::ViT prefix_vit(std::uint64_t seed) {
-  torch::manual_seed(seed);
-  return models::ViT({.image_size = 28, .patch_size = 7, .channels = 1, .hidden = 16, .layers = 2, .heads = 2,
-                      .intermediate = 32, .num_labels = 10});
-}
 using PrefixTrainer = Trainer<precision::Fp32, peft::Prefix>;
 } // namespace
 
 TEST_CASE("Prefix adds trainable key and value rows to every attention layer", "[peft][prefix]") {
-  auto model = prefix_vit(1);
+  auto model = test::tiny_vit(1);
   PrefixTrainer trainer(quiet(), {}, peft::Prefix({.num_virtual_tokens = 5}));
   const auto& trainable = trainer.prepare(model);
   REQUIRE(trainable.size() == 1);
@@ -46,7 +41,7 @@ TEST_CASE("Prefix adds trainable key and value rows to every attention layer", "
 }
 
 TEST_CASE("Prefix with the reparameterization MLP trains only the prefix", "[peft][prefix]") {
-  auto model = prefix_vit(2);
+  auto model = test::tiny_vit(2);
   PrefixTrainer trainer(quiet({.epochs = 5}), {},
                         peft::Prefix({.num_virtual_tokens = 4, .prefix_projection = true, .encoder_hidden_size = 24,
                                       .modules_to_save = {"classifier"}}));

@@ -14,11 +14,6 @@ using ftopt::test::quiet;
 
 namespace {
 
-models::ViT tiny_vit(std::uint64_t seed) {
-  torch::manual_seed(seed);
-  return models::ViT({.image_size = 28, .patch_size = 7, .channels = 1, .hidden = 32, .layers = 2, .heads = 2,
-                      .intermediate = 64, .num_labels = 10});
-}
 
 /// Gradients of one cross-entropy backward, in parameter order.
 template <class Precision>
@@ -52,7 +47,7 @@ TEST_CASE("Bf16Mixed: bf16 forward, fp32 loss and gradients close to fp32's", "[
   torch::manual_seed(3);
   auto x = torch::randn({16, 1, 28, 28});
   auto y = torch::randint(0, 10, {16});
-  auto model = tiny_vit(1);
+  auto model = test::tiny_vit(1, 32);
   auto fp32 = gradients(model, precision::Fp32{}, x, y);
   auto bf16 = gradients(model, precision::Bf16Mixed{}, x, y);
   // bf16 keeps 8 significant bits (relative rounding 2^-8 = 0.4% per op); summed over a
@@ -79,7 +74,7 @@ TEST_CASE("Bf16Mixed: bf16 forward, fp32 loss and gradients close to fp32's", "[
 }
 
 TEST_CASE("Trainer<Bf16Mixed> trains; autocast is off between steps", "[precision][bf16]") {
-  auto model = tiny_vit(2);
+  auto model = test::tiny_vit(2, 32);
   Trainer<precision::Bf16Mixed> trainer({.epochs = 3, .device = torch::kCPU, .report_hardware = false});
   torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(3e-3));
   torch::manual_seed(4);

@@ -22,6 +22,7 @@
 #include <ftopt/nn/names.hpp>
 #include <ftopt/peft/concept.hpp>
 #include <ftopt/peft/full.hpp>
+#include <ftopt/peft/targets.hpp>
 
 namespace ftopt::peft {
 
@@ -79,22 +80,12 @@ public:
   const AdapterOptions& options() const { return options_; }
 
   void attach(torch::nn::Module& module) {
-    std::vector<nn::LinearImpl*> layers;
-    for (const auto& item : module.named_modules("", /*include_self=*/false)) {
-      bool hit = false;
-      for (const auto& pattern : options_.targets) hit = hit || pattern.matches(item.key());
-      if (!hit) continue;
-      auto* linear = item.value()->as<nn::LinearImpl>();
-      ftopt::detail::check(linear != nullptr, "Adapter: target '", item.key(), "' is not an ftopt::nn::Linear");
-      layers.push_back(linear);
-    }
-    ftopt::detail::check(!layers.empty(), "Adapter: the targets match no module; module names here: ",
-                         nn::detail::module_names_hint(module));
+    const auto layers = detail::target_linears(module, options_.targets, "Adapter");
     for (auto& p : module.parameters()) p.requires_grad_(false);
     if (!options_.modules_to_save.empty())
       for (const auto& name : nn::parameters_under(module, options_.modules_to_save))
         module.named_parameters()[name].requires_grad_(true);
-    for (auto* linear : layers) {
+    for (const auto& [name, linear] : layers) {
       auto branch = std::make_shared<AdapterBranch>(*linear, options_.reduction_factor);
       linear->attach(branch);
       for (auto& p : branch->down()->parameters()) p.requires_grad_(true);

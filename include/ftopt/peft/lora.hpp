@@ -26,6 +26,7 @@
 #include <ftopt/nn/names.hpp>
 #include <ftopt/peft/concept.hpp>
 #include <ftopt/peft/full.hpp>
+#include <ftopt/peft/targets.hpp>
 
 namespace ftopt::peft {
 
@@ -103,20 +104,7 @@ public:
   /// Freezes the model, attaches a branch to every nn::Linear whose name matches a target,
   /// and unfreezes the adapters, the biases `bias` asks for and `modules_to_save`.
   void attach(torch::nn::Module& module) {
-    std::vector<std::pair<std::string, nn::LinearImpl*>> layers;
-    for (const auto& item : module.named_modules("", /*include_self=*/false)) {
-      bool hit = false;
-      for (const auto& pattern : options_.targets) hit = hit || pattern.matches(item.key());
-      if (!hit) continue;
-      auto* linear = item.value()->as<nn::LinearImpl>();
-      ftopt::detail::check(linear != nullptr, "Lora: target '", item.key(),
-                           "' is not an ftopt::nn::Linear; LoRA adapts nn::Linear layers");
-      layers.emplace_back(item.key(), linear);
-    }
-    std::string names;
-    for (const auto& t : options_.targets) names += (names.empty() ? "'" : ", '") + t.text + "'";
-    ftopt::detail::check(!layers.empty(), "Lora: targets ", names, " match no module; module names here: ",
-                         nn::detail::module_names_hint(module));
+    const auto layers = detail::target_linears(module, options_.targets, "Lora");
     for (auto& p : module.parameters()) p.requires_grad_(false);
     branches_.clear();
     for (auto& [name, linear] : layers) {

@@ -1,0 +1,39 @@
+#pragma once
+/// target_linears: the nn::Linear layers whose module names match a PEFT policy's targets, in
+/// module order. A match that is not an nn::Linear, or no match at all, is an error naming the
+/// policy and the module names the model has.
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include <ftopt/error.hpp>
+#include <ftopt/nn/linear.hpp>
+#include <ftopt/nn/names.hpp>
+
+namespace ftopt::peft::detail {
+
+inline std::vector<std::pair<std::string, nn::LinearImpl*>> target_linears(torch::nn::Module& module,
+                                                                           const nn::NamePatterns& targets,
+                                                                           std::string_view who) {
+  std::vector<std::pair<std::string, nn::LinearImpl*>> layers;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    bool hit = false;
+    for (const auto& pattern : targets) hit = hit || pattern.matches(item.key());
+    if (!hit) continue;
+    auto* linear = item.value()->as<nn::LinearImpl>();
+    ftopt::detail::check(linear != nullptr, who, ": target '", item.key(), "' is not an ftopt::nn::Linear; ", who,
+                         " adapts nn::Linear layers");
+    layers.emplace_back(item.key(), linear);
+  }
+  std::string names;
+  for (const auto& t : targets) names += (names.empty() ? "'" : ", '") + t.text + "'";
+  ftopt::detail::check(!layers.empty(), who, ": targets ", names, " match no module; module names here: ",
+                       nn::detail::module_names_hint(module));
+  return layers;
+}
+
+} // namespace ftopt::peft::detail
