@@ -47,15 +47,11 @@ public:
   AdapterBranch(nn::LinearImpl& layer, std::int64_t reduction_factor) {
     const std::int64_t width = layer.options.out_features();
     const std::int64_t bottleneck = std::max<std::int64_t>(1, width / reduction_factor);
-    down_ = nn::Linear(width, bottleneck);
-    up_ = nn::Linear(bottleneck, width);
+    down_ = detail::adopt(layer, "adapter_down", nn::Linear(width, bottleneck));
+    up_ = detail::adopt(layer, "adapter_up", nn::Linear(bottleneck, width));
     torch::NoGradGuard no_grad;
     up_->weight.zero_();
     up_->bias.zero_();
-    down_->to(layer.weight.device(), layer.weight.scalar_type());
-    up_->to(layer.weight.device(), layer.weight.scalar_type());
-    layer.register_module("adapter_down", down_);
-    layer.register_module("adapter_up", up_);
   }
 
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {

@@ -43,10 +43,8 @@ public:
     torch::NoGradGuard no_grad;
     torch::nn::init::kaiming_uniform_(a_->weight, std::sqrt(5.0));  // PEFT's reset_lora_parameters
     b_->weight.zero_();
-    a_->to(layer.weight.device(), layer.weight.scalar_type());
-    b_->to(layer.weight.device(), layer.weight.scalar_type());
-    layer.register_module("lora_A", a_);
-    layer.register_module("lora_B", b_);
+    detail::adopt(layer, "lora_A", a_);
+    detail::adopt(layer, "lora_B", b_);
   }
 
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {

@@ -1,4 +1,6 @@
 #pragma once
+/// The layers a PEFT policy adapts.
+///
 /// target_linears: the nn::Linear layers whose module names match a PEFT policy's targets, in
 /// module order. A match that is not an nn::Linear, or no match at all, is an error naming the
 /// policy and the module names the model has.
@@ -34,6 +36,13 @@ inline std::vector<std::pair<std::string, nn::LinearImpl*>> target_linears(torch
   ftopt::detail::check(!layers.empty(), who, ": targets ", names, " match no module; module names here: ",
                        nn::detail::module_names_hint(module));
   return layers;
+}
+
+/// Registers `sub` on `layer` under `name`, on the layer's device and in its dtype, so an
+/// adapter's weights live (and move, and save) with the layer they adapt.
+inline nn::Linear adopt(nn::LinearImpl& layer, const std::string& name, nn::Linear sub) {
+  sub->to(layer.weight.device(), layer.weight.scalar_type());
+  return layer.register_module(name, sub);
 }
 
 } // namespace ftopt::peft::detail
