@@ -1,6 +1,8 @@
 #pragma once
 // Helpers shared by the test sources.
 #include <functional>
+#include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +52,15 @@ inline TrainerOptions quiet(TrainerOptions options = {}) {
   options.report_hardware = false;
   options.device = torch::kCPU;
   return options;
+}
+
+/// Cross-entropy whose `call`-th evaluation (1-based) returns NaN: a NaN loss injected mid-run.
+inline LossFunction nan_on_call(int call) {
+  auto calls = std::make_shared<int>(0);
+  return [calls, call](const torch::Tensor& out, const torch::Tensor& y) {
+    auto loss = torch::nn::functional::cross_entropy(out, y);
+    return ++*calls == call ? loss * std::numeric_limits<double>::quiet_NaN() : loss;
+  };
 }
 
 /// A callback that copies the module's parameters once `step` micro-batches of an epoch are done.

@@ -130,12 +130,8 @@ TEST_CASE("The warmup-cosine schedule sets each step's learning rate", "[trainer
 TEST_CASE("A NaN loss stops fit with the step named and the weights kept", "[trainer][errors]") {
   auto batches = test::random_batches(4, 4);
   auto model = test::small_mlp();
-  int calls = 0;
   TrainerOptions options = quiet();
-  options.loss = [&](const torch::Tensor& out, const torch::Tensor& y) {
-    auto loss = torch::nn::functional::cross_entropy(out, y);
-    return ++calls == 3 ? loss * std::numeric_limits<double>::quiet_NaN() : loss;
-  };
+  options.loss = test::nan_on_call(3);
   Trainer<> trainer(options);
   torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
   std::vector<torch::Tensor> after_two;
@@ -331,9 +327,7 @@ TEST_CASE("NonFiniteLoss::Ignore turns the check off", "[trainer]") {
   auto model = test::small_mlp();
   TrainerOptions options = quiet();
   options.on_non_finite_loss = NonFiniteLoss::Ignore;
-  options.loss = [](const torch::Tensor& out, const torch::Tensor& y) {
-    return torch::nn::functional::cross_entropy(out, y) * std::numeric_limits<double>::quiet_NaN();
-  };
+  options.loss = test::nan_on_call(1);  // the only batch
   Trainer<> trainer(options);
   torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
   CHECK_NOTHROW(trainer.fit(model, optimizer, test::random_batches(1, 4)));

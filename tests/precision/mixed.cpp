@@ -107,12 +107,8 @@ TEST_CASE("Fp16Mixed says where it cannot run", "[precision][fp16]") {
 
 TEST_CASE("A loss-scaling policy skips a NaN step and the epoch reports it", "[precision][scaler]") {
   auto model = test::small_mlp();
-  int calls = 0;
   TrainerOptions options = quiet();
-  options.loss = [&](const torch::Tensor& out, const torch::Tensor& y) {
-    auto loss = torch::nn::functional::cross_entropy(out, y);
-    return ++calls == 2 ? loss * std::numeric_limits<double>::quiet_NaN() : loss;
-  };
+  options.loss = test::nan_on_call(2);
   Trainer<ScaledFp32> trainer(options);
   torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
   std::vector<torch::Tensor> after_first;
