@@ -43,3 +43,4 @@
 #include <ftopt/peft/report.hpp>
 #include <ftopt/peft/adapter.hpp>
 #include <ftopt/peft/prefix.hpp>
+#include <ftopt/nn/init.hpp>

@@ -15,6 +15,7 @@
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/nn/extension.hpp>
+#include <ftopt/nn/init.hpp>
 
 namespace ftopt::nn {
 
@@ -38,14 +39,7 @@ public:
   }
 
   /// torch::nn::Conv2d's initialization (Kaiming-uniform, a = sqrt(5); bias +-1/sqrt(fan_in)).
-  void reset_parameters() {
-    torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
-    if (bias.defined()) {
-      const auto fan_in = weight.size(1) * weight.size(2) * weight.size(3);
-      const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
-      torch::nn::init::uniform_(bias, -bound, bound);
-    }
-  }
+  void reset_parameters() { detail::reset_like_torch(weight, bias); }
 
   at::Tensor forward(const at::Tensor& input) {
     if (extension_) [[unlikely]] return extension_->forward(*this, input);

@@ -16,6 +16,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <ftopt/nn/extension.hpp>
+#include <ftopt/nn/init.hpp>
 
 namespace ftopt::nn {
 
@@ -34,13 +35,7 @@ public:
   }
 
   /// torch::nn::Linear's initialization (and Python's nn.Linear.reset_parameters).
-  void reset_parameters() {
-    torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
-    if (bias.defined()) {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(options.in_features()));
-      torch::nn::init::uniform_(bias, -bound, bound);
-    }
-  }
+  void reset_parameters() { detail::reset_like_torch(weight, bias); }
 
   at::Tensor forward(const at::Tensor& input) {
     if (extension_) [[unlikely]] return extension_->forward(*this, input);
