@@ -5,6 +5,7 @@
 //
 //   build/examples/finetune [--model vit|resnet] [--epochs N] [--pretrain-epochs N] [--lr X]
 //                           [--all-classes [--precision fp32|bf16] [--augment]]
+//                           [--vit-hidden N] [--vit-layers N]
 //                           [--train-limit N] [--data DIR] [--cache DIR]
 //
 // --all-classes instead trains the model on all ten classes and reports its test accuracy, to
@@ -36,6 +37,8 @@ struct Args {
   double lr = 0;  // 0: 2e-3 for the ResNet, 1e-3 for the ViT
   bool all_classes = false;
   bool augment = false;
+  std::int64_t vit_hidden = 64;  // the ViT's width (MLP 2x) and depth
+  std::int64_t vit_layers = 4;
   std::string data = ftopt::data::default_fashion_mnist_dir().string();
   std::string cache;
 };
@@ -57,16 +60,22 @@ Args parse(int argc, char** argv) {
     else if (flag == "--pretrain-epochs") args.pretrain_epochs = examples::count("finetune", flag, value);
     else if (flag == "--train-limit") args.train_limit = examples::count("finetune", flag, value);
     else if (flag == "--lr") args.lr = examples::positive("finetune", flag, value);
+    else if (flag == "--vit-hidden") args.vit_hidden = examples::count("finetune", flag, value);
+    else if (flag == "--vit-layers") args.vit_layers = examples::count("finetune", flag, value);
     else if (flag == "--data") args.data = value;
     else if (flag == "--cache") args.cache = value;
     else ftopt::detail::fail("finetune: unknown option ", flag, " (known: --model, --epochs, --pretrain-epochs, "
-                             "--all-classes, --precision, --augment, --lr, --train-limit, --data, --cache)");
+                             "--all-classes, --precision, --augment, --lr, --vit-hidden, --vit-layers, --train-limit, --data, "
+                             "--cache)");
   }
   ftopt::detail::check(args.model == "resnet" || args.model == "vit", "finetune: --model must be resnet or vit, got '",
                        args.model, "'");
   ftopt::detail::check(args.precision == "fp32" || args.precision == "bf16",
                        "finetune: --precision must be fp32 or bf16, got '", args.precision, "'");
   ftopt::detail::check(args.epochs >= 1, "finetune: --epochs must be >= 1");
+  ftopt::detail::check(args.vit_hidden % 4 == 0 && args.vit_hidden > 0,
+                       "finetune: --vit-hidden must be a positive multiple of the 4 heads, got ", args.vit_hidden);
+  ftopt::detail::check(args.vit_layers >= 1, "finetune: --vit-layers must be >= 1");
   return args;
 }
 
@@ -84,13 +93,14 @@ void reset_head(M& model) {
   model->named_modules()[head]->template as<ftopt::nn::LinearImpl>()->reset_parameters();
 }
 
-ftopt::models::ResNet make_resnet(std::int64_t classes) {
+ftopt::models::ResNet make_resnet(const Args&, std::int64_t classes) {
   return ftopt::models::ResNet({.layers = {1, 1, 1, 1}, .widths = {16, 32, 64, 128}, .in_channels = 1,
                                 .num_classes = classes, .stem = ftopt::models::ResNetStem::Small});
 }
-ftopt::models::ViT make_vit(std::int64_t classes) {
-  return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 64, .layers = 4,
-                             .heads = 4, .intermediate = 128, .num_labels = classes});
+ftopt::models::ViT make_vit(const Args& args, std::int64_t classes) {
+  return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = args.vit_hidden,
+                             .layers = args.vit_layers, .heads = 4, .intermediate = 2 * args.vit_hidden,
+                             .num_labels = classes});
 }
 
 struct Row {
@@ -153,7 +163,8 @@ void print_table(const std::vector<Row>& rows) {
 }
 
 template <class M>
-int run(const Args& args, M (*make)(std::int64_t), ftopt::nn::NamePatterns top) {
+int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn::NamePatterns top) {
+  const auto make = [&](std::int64_t classes) { return make_model(args, classes); };
   auto train_all = ftopt::data::load_fashion_mnist(ftopt::data::Split::Train, args.data);
   auto test_all = ftopt::data::load_fashion_mnist(ftopt::data::Split::Test, args.data);
   if (args.train_limit > 0 && args.train_limit < train_all.labels.size(0))
@@ -183,7 +194,11 @@ int run(const Args& args, M (*make)(std::int64_t), ftopt::nn::NamePatterns top) 
 
   // Pretraining, cached: the same settings give the same file name.
   const auto cache = std::filesystem::path(args.cache) /
-                     (args.model + "-fashion-mnist-classes0-4-epochs" + std::to_string(args.pretrain_epochs) +
+                     (args.model +
+                      (args.model == "vit" && (args.vit_hidden != 64 || args.vit_layers != 4)
+                           ? "-d" + std::to_string(args.vit_hidden) + "-l" + std::to_string(args.vit_layers)
+                           : "") +
+                      "-fashion-mnist-classes0-4-epochs" + std::to_string(args.pretrain_epochs) +
                       (args.train_limit ? "-limit" + std::to_string(args.train_limit) : "") + ".pt");
   torch::manual_seed(0);
   auto pretrained = make(5);
