@@ -11,6 +11,7 @@
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/hardware.hpp>
+#include <ftopt/memory/checkpoint.hpp>
 #include <ftopt/memory/none.hpp>
 #include <ftopt/model.hpp>
 #include <ftopt/models/mlp.hpp>

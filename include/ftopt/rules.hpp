@@ -5,8 +5,10 @@
 ///   Precision: `static constexpr c10::ScalarType autocast_dtype`   (absent: no autocast)
 ///   Precision: `static constexpr bool skips_non_finite_steps`      (absent: false)
 ///   Peft:      `static constexpr bool needs_prefix_attention`      (absent: false)
+///   Memory:    `static constexpr bool needs_checkpointable_blocks` (absent: false)
 ///   Quant:     `static constexpr bool fake_quant_training`         (absent: false)
 ///   Model:     `static constexpr bool has_prefix_attention` in its module class
+///   Model:     `static constexpr bool has_checkpointable_blocks` in its module class
 /// A broken rule is one static_assert with a sentence naming the axes, the policies' property
 /// and the fix; the compiler's note names the policies.
 
@@ -14,6 +16,7 @@
 #include <utility>
 
 #include <c10/core/ScalarType.h>
+#include <torch/nn/modules/container/sequential.h>
 
 #include <ftopt/detail/dependent_false.hpp>
 
@@ -38,14 +41,31 @@ template <class M>
 inline constexpr bool has_prefix_attention =
     requires { requires std::remove_cvref_t<decltype(*std::declval<M&>())>::has_prefix_attention; };
 
-/// true, or a static_assert naming the rule the model breaks for this Peft policy.
-template <class Peft, class M>
+/// The memory policy recomputes blocks of the model (checkpointing).
+template <class Memory>
+inline constexpr bool needs_checkpointable_blocks = requires { requires Memory::needs_checkpointable_blocks; };
+
+/// The model's blocks can be checkpointed: it is a torch::nn::Sequential (checkpointed in
+/// segments) or declares checkpointable blocks (models::ViT, models::ResNet).
+template <class M>
+inline constexpr bool has_checkpointable_blocks =
+    std::is_same_v<std::remove_cvref_t<M>, torch::nn::Sequential> ||
+    requires { requires std::remove_cvref_t<decltype(*std::declval<M&>())>::has_checkpointable_blocks; };
+
+/// true, or a static_assert naming the rule the model breaks for these policies.
+template <class Peft, class Memory, class M>
 consteval bool check_model_for() {
   if constexpr (needs_prefix_attention<Peft> && !has_prefix_attention<M>)
     static_assert(detail::dependent_false<Peft, M>,
                   "ftopt::Trainer: this Peft policy (prefix tuning) needs a model whose attention "
                   "layers take prefixes (like models::ViT); this model has none: use peft::Lora or "
                   "peft::Adapter with it.");
+  if constexpr (needs_checkpointable_blocks<Memory> && !has_checkpointable_blocks<M>)
+    static_assert(detail::dependent_false<Memory, M>,
+                  "ftopt::Trainer: this Memory policy (checkpointing) needs a torch::nn::Sequential or "
+                  "a model with checkpointable blocks (like models::ViT or models::ResNet); for your "
+                  "own model, derive its block container from nn::CheckpointableBlocks and declare "
+                  "has_checkpointable_blocks.");
   return true;
 }
 

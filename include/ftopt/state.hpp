@@ -2,6 +2,7 @@
 /// What the Trainer reports: the live state callbacks see during fit, and the statistics of an
 /// epoch, an evaluation and a whole fit.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -32,6 +33,9 @@ struct EpochStats {
   double samples_per_second = 0;     ///< samples / seconds, all ranks
   double lr = 0;                     ///< learning rate of the first parameter group at the end
   PhaseTimes phases;
+  /// Highest live tensor bytes on the trainer's device during the epoch, above what was live at
+  /// its start (memory::PeakMemory; this rank; 0 where the device has no statistics).
+  std::size_t peak_memory = 0;
 };
 
 /// The result of evaluate(): mean loss and accuracy over the batches, all ranks.

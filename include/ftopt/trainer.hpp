@@ -45,6 +45,7 @@
 #include <ftopt/error.hpp>
 #include <ftopt/hardware.hpp>
 #include <ftopt/memory/none.hpp>
+#include <ftopt/memory/peak.hpp>
 #include <ftopt/model.hpp>
 #include <ftopt/parallel/single.hpp>
 #include <ftopt/peft/full.hpp>
@@ -106,17 +107,18 @@ public:
   }
 
   /// Moves the model to the device and applies the policies (peft attach, quant prepare,
-  /// precision prepare, parallel setup). Returns the parameters to build the optimizer from.
+  /// precision prepare, memory prepare, parallel setup). Returns the parameters to build the optimizer from.
   /// Calling it again for the same model returns the same parameters.
   template <class M>
   const std::vector<torch::Tensor>& prepare(M& model) {
-    static_assert(detail::check_model<M>() && rules::check_model_for<Peft, M>());
+    static_assert(detail::check_model<M>() && rules::check_model_for<Peft, Memory, M>());
     torch::nn::Module& module = detail::module_of(model);
     if (prepared_ == &module) return trainable_;
     module.to(device_);
     peft_.attach(module);
     quant_.prepare(module);
     precision_.prepare(module);
+    if constexpr (requires { memory_.prepare(model); }) memory_.prepare(model);
     trainable_ = peft_.trainable_parameters(module);
     detail::check(!trainable_.empty(), "Trainer::prepare: the model has no trainable parameters (",
                   module.parameters().size(), " parameters, none requires grad)");
@@ -421,6 +423,7 @@ private:
     run_.phases = {};
     run_.epoch_optimizer_steps = 0;
     run_.epoch_skipped_steps = 0;
+    memory::PeakMemory::reset(device_);
     run_.epoch_start = Clock::now();
   }
 
@@ -467,6 +470,7 @@ private:
     stats.samples_per_second = stats.seconds > 0 ? totals.samples / stats.seconds : 0.0;
     stats.lr = optimizer.param_groups().empty() ? 0.0 : optimizer.param_groups().front().options().get_lr();
     stats.phases = run_.phases;
+    stats.peak_memory = memory::PeakMemory::peak(device_);
     return stats;
   }
 

@@ -8,7 +8,8 @@
 ///                                                the model's forward, plain or recomputed in
 ///                                                the backward (checkpointed)
 ///   std::int64_t accumulation() const;           micro-batches per optimizer step, >= 1
-/// Optional: `void validate() const`.
+/// Optional: `void validate() const`; `template <Model M> void prepare(M& model)`, called by
+/// Trainer::prepare after the Peft and Precision policies (e.g. to switch on block checkpointing).
 ///
 /// Laws:
 ///   - forward returns what model->forward(input) returns, with the same gradients;
@@ -16,7 +17,7 @@
 ///     optimizer after every N-th micro-batch, so N micro-batches of b equal one batch of N*b
 ///     for a mean-reduced loss.
 ///
-/// Models: memory::None.
+/// Models: memory::None, memory::Checkpoint.
 
 #include <concepts>
 #include <cstdint>

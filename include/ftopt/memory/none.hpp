@@ -18,7 +18,7 @@ struct None {
   std::int64_t accumulate = 1;
 
   void validate() const {
-    detail::check(accumulate >= 1, "memory::None: accumulate must be >= 1, got ", accumulate);
+    ftopt::detail::check(accumulate >= 1, "memory::None: accumulate must be >= 1, got ", accumulate);
   }
 
   template <Model M>

@@ -8,6 +8,7 @@
 ///   std::size_t bytes = ftopt::memory::PeakMemory::peak();   // since reset, above its start
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
@@ -16,6 +17,11 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/Device.h>
+#if defined(FTOPT_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace ftopt::memory {
 
@@ -84,27 +90,63 @@ private:
 
 } // namespace detail
 
-/// The tracker's view, from anywhere.
+/// Peak live tensor memory on a device, from anywhere: the tracking allocator on the CPU, the
+/// caching allocator's statistics on CUDA (builds with FTOPT_WITH_CUDA, which ftopt's CMake
+/// package defines for a CUDA LibTorch).
 struct PeakMemory {
-  /// Installs the tracker (once) and starts a new peak from what is live now.
-  static void reset() {
+  /// Whether peaks can be measured on `device` in this build.
+  static bool supported(c10::Device device = c10::Device(c10::DeviceType::CPU)) {
+#if defined(FTOPT_WITH_CUDA)
+    if (device.is_cuda()) return true;
+#endif
+    return device.is_cpu();
+  }
+  /// Starts a new peak from what is live now (on the CPU, installs the tracker once).
+  static void reset(c10::Device device = c10::Device(c10::DeviceType::CPU)) {
+#if defined(FTOPT_WITH_CUDA)
+    if (device.is_cuda()) {
+      const auto index = cuda_index(device);
+      c10::cuda::CUDACachingAllocator::resetPeakStats(index);
+      baseline(c10::Device(c10::DeviceType::CUDA, index)) = static_cast<std::size_t>(cuda_allocated(index).current);
+      return;
+    }
+#endif
+    if (!device.is_cpu()) return;
     auto& tracker = detail::TrackingAllocator::instance();
     tracker.reset_peak();
-    baseline() = tracker.current();
+    baseline(device) = tracker.current();
   }
-  /// Highest live CPU tensor bytes since reset(), above what was live at reset().
-  static std::size_t peak() {
-    auto& tracker = detail::TrackingAllocator::instance();
-    return tracker.peak() > baseline() ? tracker.peak() - baseline() : 0;
+  /// Highest live tensor bytes since reset(), above what was live at reset(); 0 where not
+  /// supported().
+  static std::size_t peak(c10::Device device = c10::Device(c10::DeviceType::CPU)) {
+    std::size_t high = 0;
+#if defined(FTOPT_WITH_CUDA)
+    if (device.is_cuda()) {
+      device = c10::Device(c10::DeviceType::CUDA, cuda_index(device));
+      high = static_cast<std::size_t>(cuda_allocated(device.index()).peak);
+    }
+#endif
+    if (device.is_cpu()) high = detail::TrackingAllocator::instance().peak();
+    return high > baseline(device) ? high - baseline(device) : 0;
   }
   /// Live CPU tensor bytes now (allocated since the tracker was installed).
   static std::size_t current() { return detail::TrackingAllocator::instance().current(); }
 
 private:
-  static std::size_t& baseline() {
-    static std::size_t value = 0;
-    return value;
+  static std::size_t& baseline(c10::Device device) {
+    static std::size_t cpu = 0;
+    static std::array<std::size_t, 64> cuda{};
+    return device.is_cuda() ? cuda.at(static_cast<std::size_t>(std::max<int>(device.index(), 0))) : cpu;
   }
+#if defined(FTOPT_WITH_CUDA)
+  static c10::DeviceIndex cuda_index(c10::Device device) {
+    return device.has_index() ? device.index() : c10::cuda::current_device();
+  }
+  /// The aggregate (all pools) allocated-bytes statistic, which every LibTorch version keeps first.
+  static auto cuda_allocated(c10::DeviceIndex index) {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(index).allocated_bytes[0];
+  }
+#endif
 };
 
 } // namespace ftopt::memory

@@ -22,6 +22,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <ftopt/error.hpp>
+#include <ftopt/nn/checkpoint.hpp>
 #include <ftopt/nn/conv2d.hpp>
 #include <ftopt/nn/linear.hpp>
 
@@ -117,8 +118,11 @@ private:
 
 TORCH_MODULE(ResidualBlock);
 
-class ResNetImpl : public torch::nn::Module {
+/// Its residual blocks, counted across the stages, are checkpointable (memory::Checkpoint).
+class ResNetImpl : public torch::nn::Module, public nn::CheckpointableBlocks {
 public:
+  static constexpr bool has_checkpointable_blocks = true;
+
   explicit ResNetImpl(ResNetOptions options = {}) : options_(std::move(options)) {
     options_.validate();
     const bool imagenet = options_.stem == ResNetStem::ImageNet;
@@ -144,7 +148,9 @@ public:
   torch::Tensor forward(const torch::Tensor& x) {
     auto h = torch::relu(bn1_(conv1_(x)));
     if (options_.stem == ResNetStem::ImageNet) h = torch::max_pool2d(h, 3, 2, 1);
-    for (auto& stage : stages_) h = stage->forward(h);
+    std::int64_t index = 0;
+    for (auto& stage : stages_)
+      for (auto& block : *stage) h = run_block(index++, *block.ptr()->as<ResidualBlockImpl>(), h);
     return fc_(torch::adaptive_avg_pool2d(h, {1, 1}).flatten(1));
   }
 

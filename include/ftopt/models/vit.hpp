@@ -28,9 +28,17 @@
 #include <ftopt/nn/conv2d.hpp>
 #include <ftopt/nn/layer_norm.hpp>
 #include <ftopt/nn/attention_prefix.hpp>
+#include <ftopt/nn/checkpoint.hpp>
+#include <ftopt/nn/chunked_attention.hpp>
 #include <ftopt/nn/linear.hpp>
 
 namespace ftopt::models {
+
+/// How self-attention is computed (HF's `attn_implementation`): Sdpa is
+/// compat::scaled_dot_product_attention (fused kernels on LibTorch 2.x, the plain math on 1.13);
+/// Chunked is nn::chunked_attention, which keeps no attention matrix for the backward on any
+/// LibTorch (no attention dropout).
+enum class AttnImplementation { Sdpa, Chunked };
 
 /// HF's ViTConfig fields, by the same names where they exist; defaults are google/vit-base.
 struct ViTOptions {
@@ -47,6 +55,8 @@ struct ViTOptions {
   double layer_norm_eps = 1e-12;
   bool qkv_bias = true;
   double initializer_range = 0.02;
+  AttnImplementation attn_implementation = AttnImplementation::Sdpa;
+  std::int64_t attention_chunk = 128;  ///< query rows per block, for AttnImplementation::Chunked
 
   void validate() const {
     using ftopt::detail::check;
@@ -58,6 +68,11 @@ struct ViTOptions {
     check(num_labels >= 1, "ViTOptions: num_labels must be >= 1, got ", num_labels);
     check(dropout >= 0 && dropout < 1 && attention_dropout >= 0 && attention_dropout < 1,
           "ViTOptions: dropout probabilities must be in [0, 1), got ", dropout, " and ", attention_dropout);
+    if (attn_implementation == AttnImplementation::Chunked) {
+      check(attention_dropout == 0, "ViTOptions: attn_implementation Chunked applies no attention dropout, but "
+                                    "attention_dropout is ", attention_dropout);
+      check(attention_chunk >= 1, "ViTOptions: attention_chunk must be >= 1, got ", attention_chunk);
+    }
   }
   std::int64_t patches() const { return (image_size / patch_size) * (image_size / patch_size); }
 };
@@ -104,6 +119,7 @@ TORCH_MODULE(ViTEmbeddings);
 struct ViTSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
   explicit ViTSelfAttentionImpl(const ViTOptions& o)
       : heads(o.heads), attention_dropout(o.attention_dropout),
+        chunk(o.attn_implementation == AttnImplementation::Chunked ? o.attention_chunk : 0),
         query(register_module("query", detail::linear(o.hidden, o.hidden, o.qkv_bias))),
         key(register_module("key", detail::linear(o.hidden, o.hidden, o.qkv_bias))),
         value(register_module("value", detail::linear(o.hidden, o.hidden, o.qkv_bias))) {}
@@ -116,14 +132,16 @@ struct ViTSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
       k = prepend(pk, k);
       v = prepend(pv, v);
     }
-    auto out = compat::scaled_dot_product_attention(split(query(x)), split(k), split(v), std::nullopt,
-                                                    is_training() ? attention_dropout : 0.0);
+    auto out = chunk > 0 ? nn::chunked_attention(split(query(x)), split(k), split(v), {.chunk = chunk})
+                         : compat::scaled_dot_product_attention(split(query(x)), split(k), split(v), std::nullopt,
+                                                                is_training() ? attention_dropout : 0.0);
     return out.transpose(1, 2).reshape({B, T, C});
   }
   std::int64_t prefix_width() const override { return query->options.out_features(); }
 
   std::int64_t heads;
   double attention_dropout;
+  std::int64_t chunk;  ///< > 0: chunked attention with this many query rows per block
   nn::Linear query, key, value;
 };
 TORCH_MODULE(ViTSelfAttention);
@@ -182,8 +200,9 @@ struct ViTLayerImpl : torch::nn::Module {
 };
 TORCH_MODULE(ViTLayer);
 
-/// HF ViTModel without the pooler (as ViTForImageClassification builds it).
-struct ViTModelImpl : torch::nn::Module {
+/// HF ViTModel without the pooler (as ViTForImageClassification builds it). Its encoder layers
+/// are checkpointable blocks (memory::Checkpoint; HF: gradient_checkpointing_enable()).
+struct ViTModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
   explicit ViTModelImpl(const ViTOptions& o)
       : embeddings(register_module("embeddings", ViTEmbeddings(o))),
         layernorm(detail::layer_norm(o)) {
@@ -195,7 +214,7 @@ struct ViTModelImpl : torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& pixels) {
     auto h = embeddings(pixels);
-    for (const auto& block : *layer) h = block->as<ViTLayerImpl>()->forward(h);
+    for (std::size_t i = 0; i < layer->size(); ++i) h = run_block(static_cast<std::int64_t>(i), encoder_layer(i), h);
     return layernorm(h);
   }
   /// Layer i of the encoder (HF: vit.encoder.layer[i]).
@@ -211,6 +230,8 @@ class ViTImpl : public torch::nn::Module {
 public:
   /// Its self-attention layers accept prefixes (peft::Prefix).
   static constexpr bool has_prefix_attention = true;
+  /// Its encoder layers can be checkpointed (memory::Checkpoint).
+  static constexpr bool has_checkpointable_blocks = true;
 
   explicit ViTImpl(ViTOptions options = {})
       : options_((options.validate(), std::move(options))),

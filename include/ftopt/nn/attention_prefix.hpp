@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -17,6 +18,8 @@ namespace ftopt::nn {
 struct PrefixSource {
   virtual ~PrefixSource() = default;
   virtual std::pair<at::Tensor, at::Tensor> key_value() = 0;
+  /// The trainable tensors key_value() computes from (a checkpointed block needs them).
+  virtual std::vector<at::Tensor> parameters() const = 0;
 };
 
 /// An attention module that can take a prefix.

@@ -79,6 +79,7 @@ public:
     auto all = encoder_->forward().view({-1, layers_, 2, hidden_}).select(1, layer_);
     return {all.select(1, 0), all.select(1, 1)};
   }
+  std::vector<at::Tensor> parameters() const override { return encoder_->parameters(); }
 
 private:
   PrefixEncoder encoder_;
