@@ -1,15 +1,17 @@
 // The main job: pretrain a backbone on Fashion-MNIST classes 0-4 (cached on disk after the first
-// run), then fine-tune it on classes 5-9: the naive baseline (fp32, full fine-tuning), Bf16Mixed,
-// and the best policies ftopt has today (Bf16Mixed + LoRA for the ViT, Bf16Mixed + Freeze for
-// the ResNet, whose convolutions LoRA does not adapt yet), and close with a table.
+// run), then fine-tune it on classes 5-9: the naive baseline (fp32, full fine-tuning), Bf16Mixed
+// where the CPU computes bf16 natively, and the best policies ftopt has today (LoRA for the ViT,
+// Freeze for the ResNet, whose convolutions LoRA does not adapt yet), once more with
+// memory::Checkpoint, and close with a table.
 //
 //   build/examples/finetune [--model vit|resnet] [--epochs N] [--pretrain-epochs N] [--lr X]
-//                           [--all-classes [--precision fp32|bf16] [--augment]]
+//                           [--precision auto|fp32|bf16] [--all-classes [--augment]]
 //                           [--vit-hidden N] [--vit-layers N]
 //                           [--train-limit N] [--data DIR] [--cache DIR]
 //
 // --all-classes instead trains the model on all ten classes and reports its test accuracy, to
 // compare with the benchmark table in Fashion-MNIST's README.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
@@ -19,10 +21,10 @@
 #include <type_traits>
 #include <vector>
 
-#include <range/v3/view/transform.hpp>
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
+#include <ftopt/pipeline.hpp>
 
 #include "args.hpp"
 
@@ -30,7 +32,7 @@ namespace {
 
 struct Args {
   std::string model = "vit";
-  std::string precision = "fp32";  // --all-classes: fp32 or bf16 (Bf16Mixed)
+  std::string precision = "auto";  // auto: Bf16Mixed where the CPU has native bf16, else fp32
   std::int64_t epochs = 2;
   std::int64_t pretrain_epochs = 2;
   std::int64_t train_limit = 0;
@@ -70,8 +72,8 @@ Args parse(int argc, char** argv) {
   }
   ftopt::detail::check(args.model == "resnet" || args.model == "vit", "finetune: --model must be resnet or vit, got '",
                        args.model, "'");
-  ftopt::detail::check(args.precision == "fp32" || args.precision == "bf16",
-                       "finetune: --precision must be fp32 or bf16, got '", args.precision, "'");
+  ftopt::detail::check(args.precision == "auto" || args.precision == "fp32" || args.precision == "bf16",
+                       "finetune: --precision must be auto, fp32 or bf16, got '", args.precision, "'");
   ftopt::detail::check(args.epochs >= 1, "finetune: --epochs must be >= 1");
   ftopt::detail::check(args.vit_hidden % 4 == 0 && args.vit_hidden > 0,
                        "finetune: --vit-hidden must be a positive multiple of the 4 heads, got ", args.vit_hidden);
@@ -109,6 +111,7 @@ struct Row {
   double peak_mib = 0;
   std::int64_t trainable = 0, total = 0;
   double test_accuracy = 0;
+  double data_wait = 0;  ///< fraction of the epoch the Trainer waited for the next batch
 };
 
 std::int64_t numel(const std::vector<torch::Tensor>& ts) {
@@ -117,49 +120,110 @@ std::int64_t numel(const std::vector<torch::Tensor>& ts) {
   return n;
 }
 
-/// Random horizontal flips and shifts of up to two pixels, per sample, as one batched affine
-/// resampling (edge pixels extend the image). A stand-in until the Pipeline's augment stages.
-std::pair<torch::Tensor, torch::Tensor> augment(const std::pair<torch::Tensor, torch::Tensor>& batch) {
-  const auto& [x, y] = batch;
-  const auto n = x.size(0);
-  auto theta = torch::zeros({n, 2, 3});
-  theta.select(1, 0).select(1, 0).copy_(torch::randint(0, 2, {n}).mul(2).sub(1));  // x scale: +-1 (flip)
-  theta.select(1, 1).select(1, 1).fill_(1.0);
-  theta.select(2, 2).copy_(torch::randint(-2, 3, {n, 2}).to(torch::kFloat).mul(2.0 / static_cast<double>(x.size(-1))));
-  namespace F = torch::nn::functional;
-  auto grid = F::affine_grid(theta, x.sizes(), /*align_corners=*/false);
-  return {F::grid_sample(x, grid, F::GridSampleFuncOptions().mode(torch::kNearest).padding_mode(torch::kBorder)
-                                      .align_corners(false)), y};
-}
+/// How a row reads its training batches.
+enum class Loading {
+  InMemory,  ///< data::TensorBatches on the training thread: the naive baseline
+  Pipeline,  ///< pipeline::from | shuffle | [augment] | batch | prefetch: a worker keeps batches ready
+};
 
 template <class Trainer, class M>
 Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_set, const Prepared& test_set,
-          double lr, bool augmented = false) {
+          double lr, Loading loading = Loading::InMemory, bool augmented = false) {
+  namespace fp = ftopt::pipeline;
   std::cerr << "\n== " << setup << '\n';
-  ftopt::data::TensorBatches train_batches(train_set.images, train_set.labels, {.batch_size = 128, .seed = 1});
+  torch::manual_seed(1);  // every row starts from the same random state (adapter initialization)
   ftopt::data::TensorBatches test_batches(test_set.images, test_set.labels, {.batch_size = 500, .shuffle = false});
   const auto& params = trainer.prepare(model);
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(lr).weight_decay(0.05));
-  ftopt::memory::PeakMemory::reset();
-  auto fit = augmented ? trainer.fit(model, optimizer, train_batches | ranges::views::transform(augment),
-                                     ftopt::callbacks::ProgressBar{})
-                       : trainer.fit(model, optimizer, train_batches, ftopt::callbacks::ProgressBar{});
-  const double peak = static_cast<double>(ftopt::memory::PeakMemory::peak()) / (1 << 20);
+  const auto fit = [&] {
+    if (loading == Loading::InMemory) {
+      ftopt::data::TensorBatches batches(train_set.images, train_set.labels, {.batch_size = 128, .seed = 1});
+      return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
+    }
+    // Random crops of 70-100% of the image (aspect 0.9-1.1) resized back to 28x28, and flips.
+    const fp::AugmentOptions random_crop_flip{.crop = fp::RandomResizedCrop{.size = 28, .scale = {0.7, 1.0},
+                                                                            .ratio = {0.9, 1.1}},
+                                              .horizontal_flip = 0.5, .seed = 2};
+    auto samples = fp::from(train_set.images, train_set.labels) | fp::shuffle(1);
+    auto prefetched = fp::PrefetchOptions{.workers = 1, .depth = 4};
+    if (augmented) {
+      auto batches = std::move(samples) | fp::augment(random_crop_flip) | fp::batch(128) | fp::prefetch(prefetched);
+      return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
+    }
+    auto batches = std::move(samples) | fp::batch(128) | fp::prefetch(prefetched);
+    return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
+  }();
+  std::size_t peak_bytes = 0;
+  double seconds = 0, waiting = 0;
+  for (const auto& e : fit.epochs) {
+    peak_bytes = std::max(peak_bytes, e.peak_memory);
+    seconds += e.seconds;
+    waiting += e.phases.data;
+  }
   auto test = trainer.evaluate(model, test_batches);
   std::cerr << "test accuracy " << std::fixed << std::setprecision(2) << 100.0 * test.accuracy.value_or(0) << "%\n";
-  double seconds = 0;
-  for (const auto& e : fit.epochs) seconds += e.seconds;
-  return {std::move(setup), seconds / static_cast<double>(fit.epochs.size()), peak, numel(params),
-          numel(model->parameters()), test.accuracy.value_or(0)};
+  return {std::move(setup), seconds / static_cast<double>(fit.epochs.size()),
+          static_cast<double>(peak_bytes) / (1 << 20), numel(params), numel(model->parameters()),
+          test.accuracy.value_or(0), seconds > 0 ? waiting / seconds : 0.0};
 }
 
 void print_table(const std::vector<Row>& rows) {
-  std::cout << "\n| setup | s / epoch | peak MiB | trainable params | test acc | speed-up |\n"
-            << "|---|---|---|---|---|---|\n";
+  std::cout << "\n| setup | s / epoch | data wait | peak MiB | trainable params | test acc | speed-up |\n"
+            << "|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
     std::cout << std::fixed << "| " << r.setup << " | " << std::setprecision(1) << r.epoch_seconds << " | "
-              << r.peak_mib << " | " << r.trainable << " / " << r.total << " | " << std::setprecision(2)
-              << 100.0 * r.test_accuracy << "% | " << rows.front().epoch_seconds / r.epoch_seconds << "x |\n";
+              << 100.0 * r.data_wait << "% | " << r.peak_mib << " | " << r.trainable << " / " << r.total << " | "
+              << std::setprecision(2) << 100.0 * r.test_accuracy << "% | "
+              << rows.front().epoch_seconds / r.epoch_seconds << "x |\n";
+}
+
+/// Bf16Mixed pays where the hardware computes in bf16 (a CPU with avx512_bf16, a GPU);
+/// elsewhere it is emulated and several times slower than fp32, so `--precision auto` skips it.
+bool use_bf16(const Args& args) {
+  if (args.precision != "auto") return args.precision == "bf16";
+  const bool native = ftopt::hardware::has_native_bf16(torch::kCPU);
+  if (!native) std::cerr << "finetune: this CPU has no native bf16 (avx512_bf16), so the rows train in "
+                            "fp32 (--precision bf16 forces Bf16Mixed)\n";
+  return native;
+}
+
+/// The best policies for the second phase: a PEFT policy, then the same with checkpointing
+/// (memory::Checkpoint on every block: less activation memory for more compute).
+template <class Precision, class Fresh>
+void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh, const ftopt::nn::NamePatterns& top,
+               const ftopt::TrainerOptions& options, const Prepared& train_set, const Prepared& test_set, double lr) {
+  using M = decltype(fresh());
+  if constexpr (std::is_same_v<M, ftopt::models::ViT>) {
+    // LoRA on every Linear of the blocks (PEFT's "all-linear" choice: query, key, value and the
+    // dense projections) with a new head; adapters want a larger learning rate than full
+    // fine-tuning.
+    const ftopt::peft::Lora lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
+                                  .modules_to_save = {"classifier"}});
+    {
+      auto model = fresh();
+      rows.push_back(train(precision + " + peft::Lora (r 8, all block Linears, head)",
+                           ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, lora), model, train_set, test_set,
+                           3 * lr, Loading::Pipeline));
+    }
+    auto model = fresh();
+    rows.push_back(train(precision + " + peft::Lora + memory::Checkpoint",
+                         ftopt::Trainer<Precision, ftopt::peft::Lora, ftopt::memory::Checkpoint>(options, {}, lora),
+                         model, train_set, test_set, 3 * lr, Loading::Pipeline));
+  } else {
+    std::string names;
+    for (const auto& p : top) names += (names.empty() ? "" : "+") + p.text;
+    const ftopt::peft::Freeze freeze{.train = top};
+    {
+      auto model = fresh();
+      rows.push_back(train(precision + " + peft::Freeze (train " + names + ")",
+                           ftopt::Trainer<Precision, ftopt::peft::Freeze>(options, {}, freeze), model, train_set,
+                           test_set, lr, Loading::Pipeline));
+    }
+    auto model = fresh();
+    rows.push_back(train(precision + " + peft::Freeze + memory::Checkpoint",
+                         ftopt::Trainer<Precision, ftopt::peft::Freeze, ftopt::memory::Checkpoint>(options, {}, freeze),
+                         model, train_set, test_set, lr, Loading::Pipeline));
+  }
 }
 
 template <class M>
@@ -178,11 +242,15 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
   if (args.all_classes) {
     torch::manual_seed(0);
     auto model = make(10);
-    const std::string setup = args.model + ", all 10 classes, " + args.precision + (args.augment ? ", flips and shifts" : "");
+    const bool bf16 = use_bf16(args);
+    const Loading loading = args.augment ? Loading::Pipeline : Loading::InMemory;
+    const std::string setup =
+        args.model + ", all 10 classes, " + (bf16 ? "bf16" : "fp32") + (args.augment ? ", random crops and flips" : "");
     const auto train_set = prepare(train_all, mean, std), test_set = prepare(test_all, mean, std);
-    auto row = args.precision == "bf16"
-                   ? train(setup, ftopt::Trainer<ftopt::precision::Bf16Mixed>(options), model, train_set, test_set, lr, args.augment)
-                   : train(setup, ftopt::Trainer<>(options), model, train_set, test_set, lr, args.augment);
+    auto row = bf16
+                   ? train(setup, ftopt::Trainer<ftopt::precision::Bf16Mixed>(options), model, train_set, test_set, lr,
+                           loading, args.augment)
+                   : train(setup, ftopt::Trainer<>(options), model, train_set, test_set, lr, loading, args.augment);
     print_table({row});
     return 0;
   }
@@ -221,35 +289,21 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
   auto fresh = [&] {
     auto model = make(5);
     ftopt::weights::load_state_dict(*model, backbone);
-    reset_head(model);  // a new task: a new head
+    torch::manual_seed(1);  // every row gets the same new head
+    reset_head(model);      // a new task: a new head
     return model;
   };
   {
     auto model = fresh();
     rows.push_back(train("baseline: fp32, full fine-tuning", ftopt::Trainer<>(options), model, fine_train, fine_test, lr));
   }
-  {
+  if (use_bf16(args)) {
     auto model = fresh();
     rows.push_back(train("Bf16Mixed, full fine-tuning", ftopt::Trainer<ftopt::precision::Bf16Mixed>(options), model,
                          fine_train, fine_test, lr));
-  }
-  if constexpr (std::is_same_v<M, ftopt::models::ViT>) {
-    // LoRA on every Linear of the blocks (PEFT's "all-linear" choice: query, key, value and the
-    // dense projections) with a new head; adapters want a larger learning rate than full
-    // fine-tuning.
-    auto model = fresh();
-    using Best = ftopt::Trainer<ftopt::precision::Bf16Mixed, ftopt::peft::Lora>;
-    rows.push_back(train("Bf16Mixed + peft::Lora (r 8, all block Linears, head)",
-                         Best(options, {}, ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
-                                                              .modules_to_save = {"classifier"}})),
-                         model, fine_train, fine_test, 3 * lr));
+    best_rows<ftopt::precision::Bf16Mixed>("Bf16Mixed", rows, fresh, top, options, fine_train, fine_test, lr);
   } else {
-    auto model = fresh();
-    using Best = ftopt::Trainer<ftopt::precision::Bf16Mixed, ftopt::peft::Freeze>;
-    std::string names;
-    for (const auto& p : top) names += (names.empty() ? "" : "+") + p.text;
-    rows.push_back(train("Bf16Mixed + peft::Freeze (train " + names + ")",
-                         Best(options, {}, ftopt::peft::Freeze{.train = top}), model, fine_train, fine_test, lr));
+    best_rows<ftopt::precision::Fp32>("fp32", rows, fresh, top, options, fine_train, fine_test, lr);
   }
   print_table(rows);
   return 0;

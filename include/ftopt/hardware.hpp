@@ -17,6 +17,8 @@
 #include <system_error>
 #include <thread>
 
+#include <c10/core/Device.h>
+
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
@@ -123,6 +125,15 @@ inline bool cpu_supports_vnni() {
 }
 
 } // namespace detail
+
+/// Whether `device` computes in bf16 natively, so bf16 autocast pays: CUDA (compute capability
+/// 8.0 and newer, which LibTorch's CUDA builds target), or a CPU with avx512_bf16. Elsewhere
+/// bf16 is emulated and slower than fp32 (on an AVX2-only CPU, a Bf16Mixed ViT step measured
+/// ~9x slower; docs/benchmarks.md).
+inline bool has_native_bf16(c10::Device device) {
+  if (device.is_cuda()) return true;
+  return device.is_cpu() && detail::cpu_supports_bf16();
+}
 
 /// Sets the intra-op thread count and reports the machine. LibTorch's own default here is 1
 /// thread on a 2-CPU machine; training wants them all.

@@ -20,7 +20,12 @@ inline void write_atomically(const std::filesystem::path& path, std::string_view
   auto folder = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   check(std::filesystem::is_directory(folder), who, ": ", path.string(), ": folder ",
         folder.string(), " does not exist");
-  const auto temporary = folder / ("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  // Appended piece by piece: g++ 12 -O3 warns falsely (stringop-overflow) on "." + string&&.
+  std::string name(".");
+  name += path.filename().string();
+  name += ".tmp-";
+  name += std::to_string(::getpid());
+  const auto temporary = folder / name;
   try {
     {
       std::ofstream out(temporary, std::ios::binary | std::ios::trunc);

@@ -1,0 +1,123 @@
+// Memory policies side by side in one run: step time, peak memory and the activations kept for
+// the backward, with and without checkpointing on a 12-block ViT; plain against chunked
+// attention at a long sequence; and the largest batch that fits a fixed memory budget.
+//
+//   build/benchmarks/bench_memory
+//
+// Memory is the tracking allocator's (memory::PeakMemory): live tensor bytes, CPU.
+#include <functional>
+
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+
+#include "side_by_side.hpp"
+
+namespace {
+
+using Options = ftopt::models::ViTOptions;
+
+/// One training setup: its own model, optimizer and Trainer with memory policy `Memory`.
+template <class Memory>
+struct Setup {
+  Setup(const Options& options, Memory memory, std::int64_t batch)
+      : model((torch::manual_seed(0), ftopt::models::ViT(options))),
+        trainer({.device = torch::kCPU, .report_hardware = false}, {}, {}, std::move(memory)),
+        optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4)),
+        batch{torch::randn({batch, options.channels, options.image_size, options.image_size}),
+              torch::randint(0, options.num_labels, {batch})} {}
+  void step() { trainer.train_step(model, optimizer, batch); }
+
+  /// MiB the forward keeps for the backward (live after forward and loss, before backward).
+  double saved_mib() {
+    ftopt::memory::PeakMemory::reset();
+    const auto before = ftopt::memory::PeakMemory::current();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(batch.first), batch.second);
+    return static_cast<double>(ftopt::memory::PeakMemory::current() - before) / (1 << 20);
+  }
+
+  ftopt::models::ViT model;
+  ftopt::Trainer<ftopt::precision::Fp32, ftopt::peft::Full, Memory> trainer;
+  torch::optim::AdamW optimizer;
+  std::pair<torch::Tensor, torch::Tensor> batch;
+};
+
+/// Peak live tensor MiB of one call, above what was live before it.
+double peak_mib(const std::function<void()>& step) {
+  ftopt::memory::PeakMemory::reset();
+  step();
+  return static_cast<double>(ftopt::memory::PeakMemory::peak()) / (1 << 20);
+}
+
+/// 12 blocks, d 128, 4x4 patches of 28x28 (50 tokens), batch 64.
+const Options deep{.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 128, .layers = 12, .heads = 4,
+                   .intermediate = 512, .num_labels = 10};
+
+void BM_CheckpointViT12(benchmark::State& state) {
+  at::set_num_threads(ftopt::hardware::available_cpus());
+  Setup<ftopt::memory::None> plain(deep, {}, 64);
+  Setup<ftopt::memory::Checkpoint> every_block(deep, {.every = 1}, 64);
+  Setup<ftopt::memory::Checkpoint> every_other(deep, {.every = 2}, 64);
+  std::vector<ftopt::bench::Contender> contenders = {{"plain", [&] { plain.step(); }},
+                                                     {"checkpoint_all", [&] { every_block.step(); }},
+                                                     {"checkpoint_half", [&] { every_other.step(); }}};
+  ftopt::bench::side_by_side(state, contenders, 1);
+  for (auto& c : contenders) state.counters[c.name + "_peak_MiB"] = peak_mib(c.step);
+  state.counters["plain_saved_MiB"] = plain.saved_mib();
+  state.counters["checkpoint_all_saved_MiB"] = every_block.saved_mib();
+  state.counters["checkpoint_half_saved_MiB"] = every_other.saved_mib();
+}
+
+/// 2 blocks, d 64, 2x2 patches of 56x56 (785 tokens), batch 4: attention dominates.
+Options long_sequence(ftopt::models::AttnImplementation kind) {
+  return {.image_size = 56, .patch_size = 2, .channels = 1, .hidden = 64, .layers = 2, .heads = 4,
+          .intermediate = 128, .num_labels = 10, .attn_implementation = kind, .attention_chunk = 128};
+}
+
+void BM_ChunkedAttention785(benchmark::State& state) {
+  at::set_num_threads(ftopt::hardware::available_cpus());
+  using ftopt::models::AttnImplementation;
+  Setup<ftopt::memory::None> sdpa(long_sequence(AttnImplementation::Sdpa), {}, 4);
+  Setup<ftopt::memory::None> chunked(long_sequence(AttnImplementation::Chunked), {}, 4);
+  Setup<ftopt::memory::Checkpoint> both(long_sequence(AttnImplementation::Chunked), {.every = 1}, 4);
+  std::vector<ftopt::bench::Contender> contenders = {{"sdpa", [&] { sdpa.step(); }},
+                                                     {"chunked", [&] { chunked.step(); }},
+                                                     {"chunked_checkpoint", [&] { both.step(); }}};
+  ftopt::bench::side_by_side(state, contenders, 1);
+  for (auto& c : contenders) state.counters[c.name + "_peak_MiB"] = peak_mib(c.step);
+}
+
+/// The largest batch whose training step (forward, backward, AdamW) peaks under `budget_mib`:
+/// doubling, then bisection, each probe one measured step.
+template <class Memory>
+std::int64_t largest_batch(const Options& options, Memory memory, double budget_mib) {
+  auto fits = [&](std::int64_t batch) {
+    Setup<Memory> setup(options, memory, batch);
+    return peak_mib([&] { setup.step(); }) <= budget_mib;
+  };
+  std::int64_t good = 0, bad = 1;
+  while (fits(bad)) good = std::exchange(bad, 2 * bad);
+  while (bad - good > 1) {
+    const std::int64_t mid = (good + bad) / 2;
+    (fits(mid) ? good : bad) = mid;
+  }
+  return good;
+}
+
+void BM_LargestBatchUnder256MiB(benchmark::State& state) {
+  at::set_num_threads(ftopt::hardware::available_cpus());
+  const Options options{.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 64, .layers = 12, .heads = 4,
+                        .intermediate = 256, .num_labels = 10};
+  for (auto _ : state) {
+    state.counters["plain_batch"] = static_cast<double>(largest_batch(options, ftopt::memory::None{}, 256));
+    state.counters["checkpoint_batch"] =
+        static_cast<double>(largest_batch(options, ftopt::memory::Checkpoint{.every = 1}, 256));
+  }
+}
+
+} // namespace
+
+BENCHMARK(BM_CheckpointViT12)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_ChunkedAttention785)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_LargestBatchUnder256MiB)->Unit(benchmark::kSecond)->Iterations(1);
+BENCHMARK_MAIN();

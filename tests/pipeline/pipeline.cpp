@@ -1,0 +1,320 @@
+// Tests for include/ftopt/pipeline/: sources, order (shuffle, shard), samples (cache, augment,
+// batch), prefetch and the device stages. References: torch.utils.data.DistributedSampler
+// (drop_last=False padding and striding), torchvision's ImageFolder (sorted class folders) and
+// RandomResizedCrop.get_params, torch.utils.data.DataLoader (order kept with workers).
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <ftopt/pipeline.hpp>
+#include <ftopt/trainer.hpp>
+
+#include "../support.hpp"
+
+using namespace ftopt;
+using namespace ftopt::pipeline;
+using Catch::Matchers::Contains;
+
+namespace {
+
+/// Samples whose data is their own index: [N, 1] floats, targets = index.
+Tensors numbered(std::int64_t n) {
+  auto index = at::arange(n, at::kLong);
+  return from(index.to(at::kFloat).unsqueeze(1), index);
+}
+
+/// The targets of a pass over batches, in delivery order.
+template <class R>
+std::vector<std::int64_t> targets_of(R& range) {
+  std::vector<std::int64_t> out;
+  for (const auto& b : range) {
+    auto t = b.second.contiguous();
+    out.insert(out.end(), t.template data_ptr<std::int64_t>(), t.template data_ptr<std::int64_t>() + t.numel());
+  }
+  return out;
+}
+
+/// An indexed stage that counts the elements computed and throws at one position.
+struct Probe : pipeline::detail::IndexedRange<Probe> {
+  static constexpr Kind kind = Kind::Samples;
+  static constexpr Place place = Place::Host;
+  static constexpr bool indexed = true;
+  std::int64_t n = 0, fail_at = -1;
+  std::shared_ptr<std::atomic<int>> computed = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<Stats> counters = std::make_shared<Stats>();
+  std::int64_t size() const { return n; }
+  std::int64_t key(std::int64_t k) const { return k; }
+  void prepare_pass(std::uint64_t) {}
+  std::shared_ptr<Stats> stats() const { return counters; }
+  Sample at(std::int64_t k) const {
+    ++*computed;
+    ftopt::detail::check(k != fail_at, "probe: sample ", k, " is broken");
+    return {at::full({1}, static_cast<double>(k)), at::scalar_tensor(k, at::kLong)};
+  }
+};
+
+/// A scratch folder removed at the end of the test.
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / ("ftopt-" + name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+};
+
+/// An ImageFolder of `per_class` gray 28x28 JPEGs in classes "a" and "b", made from noise.
+void write_folder(const std::filesystem::path& root, int per_class) {
+  torch::manual_seed(21);
+  for (std::string c : {"a", "b"}) {
+    std::filesystem::create_directories(root / c);
+    for (int i = 0; i < per_class; ++i)
+      write_jpeg(root / c / (std::to_string(i) + ".jpg"), torch::randint(0, 256, {1, 28, 28}, torch::kByte), 95);
+  }
+}
+
+} // namespace
+
+TEST_CASE("batch stacks samples in order; drop_last drops the short batch", "[pipeline]") {
+  auto batches = numbered(10) | batch(4);
+  CHECK(batches.size() == 3);
+  CHECK(targets_of(batches) == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  auto first = *batches.begin();
+  CHECK(first.first.sizes() == at::IntArrayRef{4, 1});
+  auto dropped = batch(4, /*drop_last=*/true)(numbered(10));  // the call form
+  CHECK(dropped.size() == 2);
+  CHECK(targets_of(dropped).size() == 8);
+}
+
+TEST_CASE("shuffle: a permutation per epoch, the same for the same seed and epoch", "[pipeline]") {
+  auto a = numbered(50) | shuffle(7) | batch(50);
+  auto b = numbered(50) | shuffle(7) | batch(50);
+  const auto first = targets_of(a), again = targets_of(b);
+  CHECK(first == again);
+  CHECK(std::set<std::int64_t>(first.begin(), first.end()).size() == 50);
+  const auto second_pass = targets_of(a);  // the next epoch
+  CHECK(second_pass != first);
+  a.set_epoch(0);  // fit's set_epoch: epoch 0 again
+  CHECK(targets_of(a) == first);
+  auto other_seed = numbered(50) | shuffle(8) | batch(50);
+  CHECK(targets_of(other_seed) != first);
+}
+
+TEST_CASE("shard: DistributedSampler's padding and striding", "[pipeline]") {
+  // DistributedSampler(range(10), num_replicas=3, shuffle=False): indices + indices[:2], then
+  // rank r takes indices[r::3].
+  const std::vector<std::vector<std::int64_t>> expected = {{0, 3, 6, 9}, {1, 4, 7, 0}, {2, 5, 8, 1}};
+  for (std::int64_t rank = 0; rank < 3; ++rank) {
+    auto share = numbered(10) | shard(rank, 3) | batch(10);
+    CHECK(targets_of(share) == expected[static_cast<std::size_t>(rank)]);
+  }
+  // Shuffled with one seed on every rank: equal shares, disjoint but for the padding, covering.
+  std::multiset<std::int64_t> all;
+  for (std::int64_t rank = 0; rank < 4; ++rank) {
+    auto share = numbered(22) | shuffle(3) | shard(rank, 4) | batch(100);
+    const auto got = targets_of(share);
+    CHECK(got.size() == 6);
+    all.insert(got.begin(), got.end());
+  }
+  CHECK(std::set<std::int64_t>(all.begin(), all.end()).size() == 22);
+  CHECK(all.size() == 24);  // 2 padding repeats
+  CHECK_THAT(test::message_of([] { numbered(5) | shard(3, 3); }), Contains("rank must be in [0, world), got rank 3 of world 3"));
+}
+
+TEST_CASE("prefetch keeps the order and the values of the plain pass, with any worker count", "[pipeline][prefetch]") {
+  const AugmentOptions noise{.seed = 5, .custom = [](Sample s, std::mt19937_64& rng) {
+                                s.data = s.data + static_cast<double>(rng() % 1000);
+                                return s;
+                              }};
+  auto plain = numbered(37) | shuffle(1) | augment(noise) | batch(4);
+  std::vector<at::Tensor> want;
+  for (const auto& b : plain) want.push_back(b.first);
+  for (int workers : {1, 2, 4}) {
+    auto fast = numbered(37) | shuffle(1) | augment(noise) | batch(4) | prefetch({.workers = workers, .depth = 3});
+    std::vector<at::Tensor> got;
+    for (const auto& b : fast) got.push_back(b.first);
+    INFO("workers " << workers);
+    CHECK(test::same_values(want, got));
+  }
+  auto any_order = numbered(37) | batch(1) | prefetch({.workers = 3, .ordered = false});
+  auto seen = targets_of(any_order);
+  CHECK(std::set<std::int64_t>(seen.begin(), seen.end()).size() == 37);
+}
+
+TEST_CASE("prefetch hands a worker's exception to the consumer at that element", "[pipeline][prefetch]") {
+  Probe probe;
+  probe.n = 20;
+  probe.fail_at = 5;
+  auto batches = std::move(probe) | batch(1) | prefetch({.workers = 3});
+  std::vector<std::int64_t> delivered;
+  CHECK_THAT(test::message_of([&] {
+               for (const auto& b : batches) delivered.push_back(b.second.item<std::int64_t>());
+             }),
+             Contains("probe: sample 5 is broken"));
+  CHECK(delivered == std::vector<std::int64_t>{0, 1, 2, 3, 4});
+}
+
+TEST_CASE("Leaving a prefetched loop early stops and joins the workers", "[pipeline][prefetch]") {
+  Probe probe;
+  probe.n = 1000;
+  auto computed = probe.computed;
+  auto batches = std::move(probe) | batch(1) | prefetch({.workers = 2, .depth = 4});
+  int taken = 0;
+  for (const auto& b : batches) {
+    (void)b;
+    if (++taken == 3) break;
+  }
+  // The pass was destroyed with the loop: its workers are joined, so the count is final and
+  // at most what the window allowed.
+  const int final_count = computed->load();
+  CHECK(final_count <= 3 + 4 + 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(computed->load() == final_count);
+}
+
+TEST_CASE("ImageFolder and decode_jpeg: sorted classes, real JPEGs, reduced-size decode", "[pipeline][jpeg]") {
+  ScratchDir dir("folder");
+  write_folder(dir.path, 3);
+  ImageFolder folder(dir.path);
+  CHECK(folder.classes() == std::vector<std::string>{"a", "b"});
+  CHECK(folder.size() == 6);
+  auto samples = from(folder) | decode_jpeg();
+  auto batches = std::move(samples) | batch(6);
+  auto [x, y] = *batches.begin();
+  CHECK(x.sizes() == at::IntArrayRef{6, 1, 28, 28});
+  CHECK(x.scalar_type() == at::kByte);
+  CHECK(targets_of(batches) == std::vector<std::int64_t>{0, 0, 0, 1, 1, 1});
+
+  // Lossy, but close: a smooth RGB image decoded against what was encoded (quality 95).
+  auto image = (torch::arange(3).view({3, 1, 1}) * 40 + torch::arange(64).view({1, 64, 1}) * 2 +
+                torch::arange(48).view({1, 1, 48}))
+                   .to(torch::kByte);
+  const auto back = decode_jpeg_bytes(encode_jpeg(image, 95), "memory");
+  CHECK(back.sizes() == image.sizes());
+  CHECK((back.to(torch::kFloat) - image.to(torch::kFloat)).abs().mean().item<double>() < 3.0);
+  // A 224 x 224 file decoded for a 56-pixel target: TurboJPEG's 1/4 scale.
+  const auto big = decode_jpeg_bytes(encode_jpeg(torch::full({3, 224, 224}, 128, torch::kByte)), "memory",
+                                     {.min_size = 56});
+  CHECK(big.sizes() == at::IntArrayRef{3, 56, 56});
+  const auto gray_as_rgb = decode_jpeg_bytes(encode_jpeg(torch::full({1, 8, 8}, 7, torch::kByte)), "m", {.channels = 3});
+  CHECK(gray_as_rgb.size(0) == 3);
+}
+
+TEST_CASE("Bad image files are named; a lenient decode skips and counts them", "[pipeline][jpeg]") {
+  ScratchDir dir("bad");
+  CHECK_THAT(test::message_of([&] { ImageFolder{dir.path}; }), Contains("has no class sub-folders"));
+  CHECK_THAT(test::message_of([&] { ImageFolder{dir.path / "missing"}; }), Contains("is not a folder"));
+  std::filesystem::create_directories(dir.path / "empty");
+  CHECK_THAT(test::message_of([&] { ImageFolder{dir.path}; }), Contains("empty has no .jpg or .jpeg files"));
+  std::filesystem::remove_all(dir.path / "empty");
+
+  write_folder(dir.path, 2);
+  {  // not a JPEG at all
+    std::ofstream(dir.path / "a" / "9-text.jpg") << "hello, I am not a picture";
+  }
+  const auto whole = pipeline::detail::read_bytes(dir.path / "b" / "0.jpg");
+  {  // a JPEG cut in half
+    std::ofstream out(dir.path / "b" / "9-half.jpg", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(whole.data()), static_cast<std::streamsize>(whole.size() / 2));
+  }
+  auto strict = from(ImageFolder(dir.path)) | decode_jpeg();
+  CHECK_THAT(test::message_of([&] { strict.at(2); }), Contains("9-text.jpg is not a readable JPEG"));
+  CHECK_THAT(test::message_of([&] { strict.at(5); }), Contains("9-half.jpg is corrupt or cut short"));
+
+  auto lenient = from(ImageFolder(dir.path)) | decode_jpeg({.on_error = OnError::Skip}) | batch(3);
+  const auto got = targets_of(lenient);
+  CHECK(got == std::vector<std::int64_t>{0, 0, 1, 1});
+  CHECK(lenient.stats()->skipped.load() == 2);
+}
+
+TEST_CASE("cache: the second pass decodes nothing; a bounded cache stays under its bound", "[pipeline][cache]") {
+  ScratchDir dir("cache");
+  write_folder(dir.path, 4);
+  auto batches = from(ImageFolder(dir.path)) | shuffle(2) | decode_jpeg() | cache() | batch(3);
+  targets_of(batches);
+  auto stats = batches.stats();
+  CHECK(stats->decoded.load() == 8);
+  CHECK(stats->cache_misses.load() == 8);
+  targets_of(batches);
+  CHECK(stats->decoded.load() == 8);
+  CHECK(stats->cache_hits.load() == 8);
+
+  auto bounded = from(ImageFolder(dir.path)) | decode_jpeg() | cache(3 * 28 * 28);
+  for (std::int64_t k = 0; k < bounded.size(); ++k) bounded.at(k);
+  CHECK(bounded.cached_bytes() == 3 * 28 * 28);
+}
+
+TEST_CASE("augment: torchvision's crop box rules, flips, and draws fixed by seed, epoch and sample", "[pipeline][augment]") {
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 200; ++i) {
+    const auto box = pipeline::detail::crop_box(28, 20, RandomResizedCrop{.size = 16}, rng);
+    CHECK(box[0] >= 0);
+    CHECK(box[1] >= 0);
+    CHECK(box[0] + box[2] <= 28);
+    CHECK(box[1] + box[3] <= 20);
+  }
+  // No ratio fits a 100 x 1 image within 10 tries: torchvision's center-crop fallback.
+  const auto fallback = pipeline::detail::crop_box(100, 1, RandomResizedCrop{.ratio = {1.0, 1.0}}, rng);
+  CHECK(fallback == std::array<std::int64_t, 4>{49, 0, 1, 1});
+
+  auto images = torch::arange(2 * 4 * 4, torch::kFloat).view({2, 1, 4, 4}).to(torch::kByte);
+  auto flipped = from(images, torch::arange(2)) | augment({.horizontal_flip = 1.0}) | batch(2);
+  CHECK(torch::equal((*flipped.begin()).first, images.flip({-1})));
+
+  auto make = [&](std::uint64_t seed) {
+    return from(torch::randint(0, 256, {8, 1, 28, 28}, torch::kByte), torch::arange(8)) |
+           augment({.crop = RandomResizedCrop{.size = 20}, .horizontal_flip = 0.5, .seed = seed}) | batch(8);
+  };
+  torch::manual_seed(3);
+  auto a = make(1);
+  torch::manual_seed(3);
+  auto b = make(1);
+  const auto pass_a = (*a.begin()).first, pass_b = (*b.begin()).first;
+  CHECK(pass_a.sizes() == at::IntArrayRef{8, 1, 20, 20});
+  CHECK(torch::equal(pass_a, pass_b));
+  CHECK(!torch::equal((*a.begin()).first, pass_a));  // epoch 1 draws anew
+}
+
+TEST_CASE("Device stages: pin_memory passes through without CUDA, device_augment normalizes once", "[pipeline][device]") {
+  auto images = torch::randint(0, 256, {6, 1, 4, 4}, torch::kByte);
+  auto batches = from(images, torch::arange(6)) | batch(3) | prefetch({.workers = 1}) | pin_memory() |
+                 to_device(torch::kCPU) | device_augment({.mean = {0.5}, .std = {0.25}});
+  std::vector<at::Tensor> got;
+  for (const auto& [x, y] : batches) got.push_back(x);
+  REQUIRE(got.size() == 2);
+  const auto want = (images.to(torch::kFloat) / 255.0 - 0.5) / 0.25;
+  CHECK(torch::allclose(torch::cat(got), want, 1e-6, 1e-6));
+
+  auto flips = from(images, torch::arange(6)) | batch(6) | to_device(torch::kCPU) | device_augment({.horizontal_flip = 1.0});
+  CHECK(torch::allclose((*flips.begin()).first, images.flip({-1}).to(torch::kFloat) / 255.0));
+  CHECK_THAT(test::message_of([] { device_augment({.mean = {0.5}, .std = {}}); }),
+             Contains("mean has 1 values but std has 0"));
+}
+
+TEST_CASE("The Trainer trains from a Pipeline: sized, re-shuffled per epoch, counted", "[pipeline][trainer]") {
+  torch::manual_seed(4);
+  auto data = torch::randn({40, 6});
+  auto labels = torch::randint(0, 3, {40});
+  auto batches = from(data, labels) | shuffle(1) | batch(8) | prefetch({.workers = 2});
+  auto model = test::small_mlp();
+  Trainer<> trainer(test::quiet({.epochs = 2}));
+  torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
+  auto summary = trainer.fit(model, optimizer, batches);
+  CHECK(summary.epochs.size() == 2);
+  CHECK(summary.epochs[1].steps == 5);
+  CHECK(summary.epochs[1].samples == 40);
+  auto stats = batches.stats();
+  CHECK(stats->samples.load() == 80);
+  CHECK(stats->batches.load() == 10);
+  CHECK(stats->wait_fraction() >= 0.0);
+  CHECK(stats->wait_fraction() <= 1.0);
+}
