@@ -42,13 +42,6 @@ struct Setup {
   std::pair<torch::Tensor, torch::Tensor> batch;
 };
 
-/// Peak live tensor MiB of one call, above what was live before it.
-double peak_mib(const std::function<void()>& step) {
-  ftopt::memory::PeakMemory::reset();
-  step();
-  return static_cast<double>(ftopt::memory::PeakMemory::peak()) / (1 << 20);
-}
-
 /// 12 blocks, d 128, 4x4 patches of 28x28 (50 tokens), batch 64.
 const Options deep{.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 128, .layers = 12, .heads = 4,
                    .intermediate = 512, .num_labels = 10};
@@ -62,7 +55,7 @@ void BM_CheckpointViT12(benchmark::State& state) {
                                                      {"checkpoint_all", [&] { every_block.step(); }},
                                                      {"checkpoint_half", [&] { every_other.step(); }}};
   ftopt::bench::side_by_side(state, contenders, 1);
-  for (auto& c : contenders) state.counters[c.name + "_peak_MiB"] = peak_mib(c.step);
+  ftopt::bench::record_peaks(state, contenders);
   state.counters["plain_saved_MiB"] = plain.saved_mib();
   state.counters["checkpoint_all_saved_MiB"] = every_block.saved_mib();
   state.counters["checkpoint_half_saved_MiB"] = every_other.saved_mib();
@@ -84,7 +77,7 @@ void BM_ChunkedAttention785(benchmark::State& state) {
                                                      {"chunked", [&] { chunked.step(); }},
                                                      {"chunked_checkpoint", [&] { both.step(); }}};
   ftopt::bench::side_by_side(state, contenders, 1);
-  for (auto& c : contenders) state.counters[c.name + "_peak_MiB"] = peak_mib(c.step);
+  ftopt::bench::record_peaks(state, contenders);
 }
 
 /// The largest batch whose training step (forward, backward, AdamW) peaks under `budget_mib`:
@@ -93,7 +86,7 @@ template <class Memory>
 std::int64_t largest_batch(const Options& options, Memory memory, double budget_mib) {
   auto fits = [&](std::int64_t batch) {
     Setup<Memory> setup(options, memory, batch);
-    return peak_mib([&] { setup.step(); }) <= budget_mib;
+    return ftopt::bench::peak_mib([&] { setup.step(); }) <= budget_mib;
   };
   std::int64_t good = 0, bad = 1;
   while (fits(bad)) good = std::exchange(bad, 2 * bad);

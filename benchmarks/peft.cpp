@@ -49,11 +49,7 @@ void compare(benchmark::State& state) {
                                                      {"adapter", [&] { adapter.step(); }},
                                                      {"prefix", [&] { prefix.step(); }}};
   ftopt::bench::side_by_side(state, contenders, 1);
-  for (auto& c : contenders) {
-    ftopt::memory::PeakMemory::reset();
-    c.step();
-    state.counters[c.name + "_peak_MiB"] = static_cast<double>(ftopt::memory::PeakMemory::peak()) / (1 << 20);
-  }
+  ftopt::bench::record_peaks(state, contenders);
   state.counters["lora_trainable_pct"] = 100 * lora.trainable_share();
   state.counters["adapter_trainable_pct"] = 100 * adapter.trainable_share();
   state.counters["prefix_trainable_pct"] = 100 * prefix.trainable_share();

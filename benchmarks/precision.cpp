@@ -26,13 +26,6 @@ struct Setup {
   std::pair<torch::Tensor, torch::Tensor> batch;
 };
 
-/// Peak CPU tensor memory of one step, MiB.
-double peak_mib(const std::function<void()>& step) {
-  ftopt::memory::PeakMemory::reset();
-  step();
-  return static_cast<double>(ftopt::memory::PeakMemory::peak()) / (1 << 20);
-}
-
 template <class MakeModel>
 void compare(benchmark::State& state, MakeModel make, torch::Tensor x, torch::Tensor y) {
   at::set_num_threads(ftopt::hardware::available_cpus());
@@ -44,7 +37,7 @@ void compare(benchmark::State& state, MakeModel make, torch::Tensor x, torch::Te
                                                      {"bf16_mixed", [&] { bf16_mixed.step(); }},
                                                      {"bf16_true", [&] { bf16_true.step(); }}};
   ftopt::bench::side_by_side(state, contenders, 1);
-  for (auto& c : contenders) state.counters[c.name + "_peak_MiB"] = peak_mib(c.step);
+  ftopt::bench::record_peaks(state, contenders);
 }
 
 void BM_ViTStep(benchmark::State& state) {

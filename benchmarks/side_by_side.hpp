@@ -11,6 +11,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <ftopt/memory/peak.hpp>
+
 namespace ftopt::bench {
 
 struct Contender {
@@ -45,6 +47,18 @@ inline void side_by_side(benchmark::State& state, const std::vector<Contender>& 
     state.counters[contenders[i].name + "_us"] = m * 1e6;
     if (i > 0) state.counters[contenders[i].name + "_ratio"] = m / base;
   }
+}
+
+/// Peak live CPU tensor MiB of one call, above what was live before it (memory::PeakMemory).
+inline double peak_mib(const std::function<void()>& step) {
+  ftopt::memory::PeakMemory::reset();
+  step();
+  return static_cast<double>(ftopt::memory::PeakMemory::peak()) / (1 << 20);
+}
+
+/// One more step of each contender, measured: counters <name>_peak_MiB.
+inline void record_peaks(benchmark::State& state, const std::vector<Contender>& contenders) {
+  for (const auto& c : contenders) state.counters[c.name + "_peak_MiB"] = peak_mib(c.step);
 }
 
 } // namespace ftopt::bench

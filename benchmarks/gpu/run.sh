@@ -6,8 +6,9 @@
 #
 #   run: bash benchmarks/gpu/run.sh        (from the repository root; $OUT set by the tool)
 #
-# Header-only dependencies (range-v3, Boost.Hana, Catch2) must be findable there; if the
-# machine lacks them, carry a prefix holding them and point FTOPT_GPU_PREFIX at it.
+# Header-only dependencies (range-v3, Boost.Hana, Catch2, nlohmann-json) and libjpeg-turbo's
+# CMake package must be findable there; if the machine lacks them, carry a prefix holding them
+# and point FTOPT_GPU_PREFIX at it.
 # Status: written without a GPU session; the first session with one runs and fixes it.
 set -euo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -42,6 +43,14 @@ if [ -x "$build/tests/ftopt_tests" ]; then
     status tests "$(grep -E 'tests passed' "$OUT/ctest.log" | tail -1)"
   else
     status tests "FAILED: $(grep -E 'tests passed' "$OUT/ctest.log" | tail -1) (ctest.log)"
+  fi
+fi
+if [ -x "$build/tests/ftopt_tests" ]; then
+  # The CUDA-only paths: checkpointing's CUDA RNG, allocator peaks, pinned copies, Fp16Mixed.
+  if timeout 120 "$build/tests/ftopt_tests" "[cuda],[fp16]" > "$OUT/cuda-tests.log" 2>&1; then
+    status cuda-tests "$(tail -2 "$OUT/cuda-tests.log" | head -1)"
+  else
+    status cuda-tests "FAILED (cuda-tests.log)"
   fi
 fi
 if [ -x "$build/benchmarks/bench_trainer_overhead" ]; then

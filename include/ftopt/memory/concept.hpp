@@ -29,7 +29,7 @@ namespace ftopt::memory {
 
 template <class P>
 concept Policy = PolicyOf<P, axis::Memory> && std::movable<P> &&
-    requires(P& p, const P& cp, detail::ArchetypeModel& model, const torch::Tensor& input) {
+    requires(P& p, const P& cp, ftopt::detail::ArchetypeModel& model, const torch::Tensor& input) {
       { p.forward(model, input) } -> std::convertible_to<torch::Tensor>;
       { cp.accumulation() } -> std::convertible_to<std::int64_t>;
     };

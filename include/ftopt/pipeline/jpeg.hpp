@@ -171,13 +171,8 @@ template <class Up>
 class Decoded : public Over<Up, Decoded<Up>> {
 public:
   static constexpr Kind kind = Kind::Samples;
-  static constexpr Place place = Place::Host;
-  static constexpr bool indexed = true;
 
   Decoded(Up up, DecodeOptions options) : Over<Up, Decoded<Up>>(std::move(up)), options_(options) {}
-  std::int64_t size() const { return this->up_.size(); }
-  std::int64_t key(std::int64_t k) const { return this->up_.key(k); }
-  void prepare_pass(std::uint64_t epoch) { this->up_.prepare_pass(epoch); }
   Sample at(std::int64_t k) const {
     const File file = this->up_.at(k);
     at::Tensor target = at::scalar_tensor(file.label, at::kLong);

@@ -24,12 +24,20 @@ namespace ftopt::pipeline {
 
 namespace detail {
 
-/// An indexed stage that holds its upstream and shares its counters.
+/// An indexed stage that holds its upstream and shares its counters. By default it keeps what
+/// flows, its size, its keys and its pass preparation; a stage redeclares what it changes.
 template <class Up, class Derived>
 class Over : public IndexedRange<Derived> {
 public:
+  static constexpr Kind kind = Up::kind;
+  static constexpr Place place = Up::place;
+  static constexpr bool indexed = true;
+
   explicit Over(Up up) : up_(std::move(up)) {}
   std::shared_ptr<Stats> stats() const { return up_.stats(); }
+  std::int64_t size() const { return up_.size(); }
+  std::int64_t key(std::int64_t k) const { return up_.key(k); }
+  void prepare_pass(std::uint64_t epoch) { up_.prepare_pass(epoch); }
 
 protected:
   Up up_;
@@ -38,18 +46,13 @@ protected:
 template <class Up>
 class Shuffled : public Over<Up, Shuffled<Up>> {
 public:
-  static constexpr Kind kind = Up::kind;
-  static constexpr Place place = Up::place;
-  static constexpr bool indexed = true;
-
   Shuffled(Up up, std::uint64_t seed) : Over<Up, Shuffled<Up>>(std::move(up)), seed_(seed) {}
-  std::int64_t size() const { return this->up_.size(); }
   auto at(std::int64_t k) const { return this->up_.at(position(k)); }
   std::int64_t key(std::int64_t k) const { return this->up_.key(position(k)); }
   void prepare_pass(std::uint64_t epoch) {
     this->up_.prepare_pass(epoch);
     auto generator = at::make_generator<at::CPUGeneratorImpl>(seed_ + epoch);
-    order_ = at::randperm(size(), generator, at::TensorOptions().dtype(at::kLong));
+    order_ = at::randperm(this->size(), generator, at::TensorOptions().dtype(at::kLong));
   }
 
 private:
@@ -61,10 +64,6 @@ private:
 template <class Up>
 class Sharded : public Over<Up, Sharded<Up>> {
 public:
-  static constexpr Kind kind = Up::kind;
-  static constexpr Place place = Up::place;
-  static constexpr bool indexed = true;
-
   Sharded(Up up, std::int64_t rank, std::int64_t world)
       : Over<Up, Sharded<Up>>(std::move(up)), rank_(rank), world_(world) {
     ftopt::detail::check(world >= 1 && rank >= 0 && rank < world, "pipeline::shard: rank must be in [0, world), got rank ",
@@ -74,7 +73,6 @@ public:
   std::int64_t size() const { return (this->up_.size() + world_ - 1) / world_; }
   auto at(std::int64_t k) const { return this->up_.at(position(k)); }
   std::int64_t key(std::int64_t k) const { return this->up_.key(position(k)); }
-  void prepare_pass(std::uint64_t epoch) { this->up_.prepare_pass(epoch); }
 
 private:
   std::int64_t position(std::int64_t k) const { return (rank_ + k * world_) % this->up_.size(); }

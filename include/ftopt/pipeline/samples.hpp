@@ -97,16 +97,9 @@ inline at::Tensor resized_crop(const at::Tensor& image, const std::array<std::in
 template <class Up>
 class Cached : public Over<Up, Cached<Up>> {
 public:
-  static constexpr Kind kind = Up::kind;
-  static constexpr Place place = Up::place;
-  static constexpr bool indexed = true;
-
   Cached(Up up, std::int64_t max_bytes) : Over<Up, Cached<Up>>(std::move(up)), max_bytes_(max_bytes) {}
-  std::int64_t size() const { return this->up_.size(); }
-  std::int64_t key(std::int64_t k) const { return this->up_.key(k); }
-  void prepare_pass(std::uint64_t epoch) { this->up_.prepare_pass(epoch); }
   Sample at(std::int64_t k) const {
-    const std::int64_t id = key(k);
+    const std::int64_t id = this->key(k);
     {
       std::lock_guard<std::mutex> lock(store_->mutex);
       if (auto it = store_->samples.find(id); it != store_->samples.end()) {
@@ -141,10 +134,6 @@ private:
 template <class Up>
 class Augmented : public Over<Up, Augmented<Up>> {
 public:
-  static constexpr Kind kind = Up::kind;
-  static constexpr Place place = Up::place;
-  static constexpr bool indexed = true;
-
   Augmented(Up up, AugmentOptions options) : Over<Up, Augmented<Up>>(std::move(up)), options_(std::move(options)) {
     ftopt::detail::check(options_.horizontal_flip >= 0 && options_.horizontal_flip <= 1,
                          "pipeline::augment: horizontal_flip is a probability, got ", options_.horizontal_flip);
@@ -155,8 +144,6 @@ public:
                            "pipeline::augment: RandomResizedCrop needs size >= 1 and 0 < scale.first <= scale.second, "
                            "0 < ratio.first <= ratio.second");
   }
-  std::int64_t size() const { return this->up_.size(); }
-  std::int64_t key(std::int64_t k) const { return this->up_.key(k); }
   void prepare_pass(std::uint64_t epoch) {
     this->up_.prepare_pass(epoch);
     epoch_ = epoch;
@@ -165,7 +152,7 @@ public:
     Sample sample = this->up_.at(k);
     if (!sample.data.defined()) return sample;
     std::mt19937_64 rng(splitmix64(splitmix64(options_.seed) ^ splitmix64(epoch_ + 0x51ed2701) ^
-                                   static_cast<std::uint64_t>(key(k))));
+                                   static_cast<std::uint64_t>(this->key(k))));
     if (options_.crop) {
       const auto box = crop_box(sample.data.size(-2), sample.data.size(-1), *options_.crop, rng);
       sample.data = resized_crop(sample.data, box, options_.crop->size);
@@ -185,8 +172,6 @@ template <class Up>
 class Batched : public Over<Up, Batched<Up>> {
 public:
   static constexpr Kind kind = Kind::Batches;
-  static constexpr Place place = Up::place;
-  static constexpr bool indexed = true;
 
   Batched(Up up, std::int64_t size, bool drop_last)
       : Over<Up, Batched<Up>>(std::move(up)), batch_(size), drop_last_(drop_last) {
@@ -196,7 +181,6 @@ public:
     const std::int64_t n = this->up_.size();
     return drop_last_ ? n / batch_ : (n + batch_ - 1) / batch_;
   }
-  void prepare_pass(std::uint64_t epoch) { this->up_.prepare_pass(epoch); }
   Batch at(std::int64_t k) const {
     const std::int64_t begin = k * batch_, end = std::min(begin + batch_, this->up_.size());
     std::vector<at::Tensor> data, targets;
