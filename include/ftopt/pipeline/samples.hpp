@@ -45,7 +45,8 @@ struct AugmentOptions {
   std::optional<RandomResizedCrop> crop;
   double horizontal_flip = 0.0;  ///< probability of a left-right flip
   std::uint64_t seed = 0;
-  /// More work per sample, after crop and flip, drawing from the sample's generator.
+  /// More work per sample, after crop and flip, drawing from the sample's generator. It must
+  /// return new tensors rather than write into sample.data: that may be a cached sample's.
   std::function<Sample(Sample, std::mt19937_64&)> custom;
 };
 
