@@ -38,7 +38,7 @@ else
   status build "FAILED (build.log)"
 fi
 if [ -x "$build/tests/ftopt_tests" ]; then
-  if (cd "$build" && timeout 240 ctest --output-on-failure --parallel 8 -E "compile_fail|consumer") \
+  if (cd "$build" && timeout 240 ctest --output-on-failure --parallel 8 -E "compile_fail|consumer|tsan") \
        > "$OUT/ctest.log" 2>&1; then
     status tests "$(grep -E 'tests passed' "$OUT/ctest.log" | tail -1)"
   else
