@@ -25,4 +25,13 @@ inline double positive(std::string_view program, std::string_view flag, const ch
   return x;
 }
 
+/// A number in [0, 1), or an error naming `flag` and `value`.
+inline double fraction(std::string_view program, std::string_view flag, const char* value) {
+  char* end = nullptr;
+  const double x = std::strtod(value, &end);
+  ftopt::detail::check(end != value && *end == '\0' && x >= 0 && x < 1, program, ": ", flag,
+                       " needs a number in [0, 1), got '", value, "'");
+  return x;
+}
+
 } // namespace examples

@@ -6,7 +6,7 @@
 //
 //   build/examples/finetune [--model vit|resnet] [--epochs N] [--pretrain-epochs N] [--lr X]
 //                           [--precision auto|fp32|bf16] [--all-classes [--augment]]
-//                           [--vit-hidden N] [--vit-layers N]
+//                           [--vit-hidden N] [--vit-layers N] [--vit-dropout P]
 //                           [--train-limit N] [--data DIR] [--cache DIR]
 //
 // --all-classes instead trains the model on all ten classes and reports its test accuracy, to
@@ -41,6 +41,7 @@ struct Args {
   bool augment = false;
   std::int64_t vit_hidden = 64;  // the ViT's width (MLP 2x) and depth
   std::int64_t vit_layers = 4;
+  double vit_dropout = 0.0;  // the ViT's hidden dropout (HF: hidden_dropout_prob)
   std::string data = ftopt::data::default_fashion_mnist_dir().string();
   std::string cache;
 };
@@ -64,11 +65,12 @@ Args parse(int argc, char** argv) {
     else if (flag == "--lr") args.lr = examples::positive("finetune", flag, value);
     else if (flag == "--vit-hidden") args.vit_hidden = examples::count("finetune", flag, value);
     else if (flag == "--vit-layers") args.vit_layers = examples::count("finetune", flag, value);
+    else if (flag == "--vit-dropout") args.vit_dropout = examples::fraction("finetune", flag, value);
     else if (flag == "--data") args.data = value;
     else if (flag == "--cache") args.cache = value;
     else ftopt::detail::fail("finetune: unknown option ", flag, " (known: --model, --epochs, --pretrain-epochs, "
-                             "--all-classes, --precision, --augment, --lr, --vit-hidden, --vit-layers, --train-limit, --data, "
-                             "--cache)");
+                             "--all-classes, --precision, --augment, --lr, --vit-hidden, --vit-layers, --vit-dropout, "
+                             "--train-limit, --data, --cache)");
   }
   ftopt::detail::check(args.model == "resnet" || args.model == "vit", "finetune: --model must be resnet or vit, got '",
                        args.model, "'");
@@ -102,7 +104,7 @@ ftopt::models::ResNet make_resnet(const Args&, std::int64_t classes) {
 ftopt::models::ViT make_vit(const Args& args, std::int64_t classes) {
   return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = args.vit_hidden,
                              .layers = args.vit_layers, .heads = 4, .intermediate = 2 * args.vit_hidden,
-                             .num_labels = classes});
+                             .num_labels = classes, .dropout = args.vit_dropout});
 }
 
 struct Row {
@@ -266,6 +268,7 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
                       (args.model == "vit" && (args.vit_hidden != 64 || args.vit_layers != 4)
                            ? "-d" + std::to_string(args.vit_hidden) + "-l" + std::to_string(args.vit_layers)
                            : "") +
+                      (args.model == "vit" && args.vit_dropout > 0 ? "-dropout" + std::to_string(args.vit_dropout) : "") +
                       "-fashion-mnist-classes0-4-epochs" + std::to_string(args.pretrain_epochs) +
                       (args.train_limit ? "-limit" + std::to_string(args.train_limit) : "") + ".pt");
   torch::manual_seed(0);
