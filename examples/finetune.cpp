@@ -319,6 +319,7 @@ int main(int argc, char** argv) try {
   if (args.model == "resnet") return run(args, &make_resnet, {"layer4", "fc"});
   return run(args, &make_vit, {"encoder.layer.3", "vit.layernorm", "classifier"});
 } catch (const std::exception& e) {
-  std::cerr << "finetune: " << e.what() << '\n';
+  const std::string_view message = e.what();  // option errors already name the program
+  std::cerr << (message.starts_with("finetune:") ? "" : "finetune: ") << message << '\n';
   return 1;
 }
