@@ -40,6 +40,7 @@
 #include <ftopt/batch.hpp>
 #include <ftopt/callbacks/callback.hpp>
 #include <ftopt/detail/clip_grad_norm.hpp>
+#include <ftopt/detail/clock.hpp>
 #include <ftopt/detail/meter.hpp>
 #include <ftopt/detail/slot_checks.hpp>
 #include <ftopt/error.hpp>
@@ -83,7 +84,7 @@ class Trainer {
   static_assert(detail::check_quant_slot<Quant>());
   static_assert(rules::check_combination<Precision, Peft, Memory, Parallel, Quant>());
 
-  using Clock = std::chrono::steady_clock;
+  using Clock = detail::Clock;
 
 public:
   using precision_type = Precision;
@@ -158,7 +159,7 @@ public:
         break;
       }
     }
-    summary.seconds = seconds_since(fit_start);
+    summary.seconds = detail::seconds_since(fit_start);
     detail::call_hooks(hooks, detail::on_fit_end, summary);
     return summary;
   }
@@ -198,9 +199,9 @@ public:
     if (sync) optimizer_step(optimizer);
     record(loss, output, target);
     auto t3 = Clock::now();
-    run_.phases.forward += seconds_between(t0, t1);
-    run_.phases.backward += seconds_between(t1, t2);
-    run_.phases.optimizer += seconds_between(t2, t3);
+    run_.phases.forward += detail::seconds_between(t0, t1);
+    run_.phases.backward += detail::seconds_between(t1, t2);
+    run_.phases.optimizer += detail::seconds_between(t2, t3);
     return {run_.fit.loss, sync};
   }
 
@@ -226,7 +227,7 @@ public:
     }
     module.train(was_training);
     auto totals = meter.reduced([&](const torch::Tensor& t) { return parallel_.reduce_sum(t); });
-    return {totals.samples, totals.mean_loss(), totals.accuracy(), seconds_since(start)};
+    return {totals.samples, totals.mean_loss(), totals.accuracy(), detail::seconds_since(start)};
   }
 
   /// After training: merges adapters (Peft) and converts to the inference model (Quant).
@@ -342,11 +343,6 @@ private:
     return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
   }
 
-  static double seconds_between(Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
-  }
-  static double seconds_since(Clock::time_point a) { return seconds_between(a, Clock::now()); }
-
   /// The input as the precision policy wants it (Bf16True casts it to bf16).
   torch::Tensor policy_input(const torch::Tensor& input) const {
     if constexpr (requires { precision_.forward_input(input); }) return precision_.forward_input(input);
@@ -438,13 +434,13 @@ private:
       const torch::Tensor input = input_of(batch), target = target_of(batch);
       ++it;
       const bool last = it == end;
-      run_.phases.data += seconds_since(wait_start);
+      run_.phases.data += detail::seconds_since(wait_start);
       train_step(model, optimizer, std::pair{input, target}, last);
       auto& s = run_.fit;
       ++s.step;
       s.samples = run_.meter->samples;
       s.classified = run_.meter->classified;
-      s.epoch_seconds = seconds_since(run_.epoch_start);
+      s.epoch_seconds = detail::seconds_since(run_.epoch_start);
       if (detail::call_hooks(hooks, detail::on_step_end, s)) {
         if (micro_ > 0) zero_grad();  // a window cut short: its gradients are dropped
         micro_ = 0;
@@ -466,7 +462,7 @@ private:
     stats.samples = totals.samples;
     stats.loss = totals.mean_loss();
     stats.accuracy = totals.accuracy();
-    stats.seconds = seconds_since(run_.epoch_start);
+    stats.seconds = detail::seconds_since(run_.epoch_start);
     stats.samples_per_second = stats.seconds > 0 ? totals.samples / stats.seconds : 0.0;
     stats.lr = optimizer.param_groups().empty() ? 0.0 : optimizer.param_groups().front().options().get_lr();
     stats.phases = run_.phases;

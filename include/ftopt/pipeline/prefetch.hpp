@@ -10,7 +10,6 @@
 /// which stops the workers and joins them: no thread outlives the loop. Counters: the time the
 /// consumer waited (Stats::wait_seconds) and the passes' wall time (Stats::pass_seconds).
 
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -22,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include <ftopt/detail/clock.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/pipeline/stage.hpp>
 
@@ -55,7 +55,7 @@ private:
   public:
     Pass(const Up& up, const PrefetchOptions& options, std::shared_ptr<Stats> stats)
         : up_(up), options_(options), total_(up.size()), stats_(std::move(stats)),
-          start_(std::chrono::steady_clock::now()) {
+          start_(ftopt::detail::Clock::now()) {
       const auto workers = std::min<std::int64_t>(options_.workers, std::max<std::int64_t>(total_, 1));
       threads_.reserve(static_cast<std::size_t>(workers));
       for (std::int64_t i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
@@ -67,7 +67,7 @@ private:
       }
       room_.notify_all();
       for (auto& t : threads_) t.join();
-      add(stats_->pass_seconds, seconds_since(start_));
+      add(stats_->pass_seconds, ftopt::detail::seconds_since(start_));
     }
     Pass(const Pass&) = delete;
     Pass& operator=(const Pass&) = delete;
@@ -77,9 +77,9 @@ private:
     /// The next element (in order, or the next finished); rethrows a worker's exception.
     value_type take() {
       std::unique_lock<std::mutex> lock(mutex_);
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = ftopt::detail::Clock::now();
       ready_.wait(lock, [&] { return options_.ordered ? done_.count(delivered_) > 0 : !done_.empty(); });
-      add(stats_->wait_seconds, seconds_since(t0));
+      add(stats_->wait_seconds, ftopt::detail::seconds_since(t0));
       auto it = options_.ordered ? done_.find(delivered_) : done_.begin();
       Slot slot = std::move(it->second);
       done_.erase(it);
@@ -123,7 +123,7 @@ private:
     PrefetchOptions options_;
     std::int64_t total_;
     std::shared_ptr<Stats> stats_;
-    std::chrono::steady_clock::time_point start_;
+    ftopt::detail::Clock::time_point start_;
     std::mutex mutex_;
     std::condition_variable ready_, room_;
     std::map<std::int64_t, Slot> done_;

@@ -15,7 +15,6 @@
 /// compile time what it consumes, so a stage out of order fails with one sentence.
 
 #include <atomic>
-#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <filesystem>
@@ -165,11 +164,6 @@ template <class R, class A>
   requires detail::is_adaptor<std::remove_cvref_t<A>>::value
 auto operator|(R&& range, A&& stage) {
   return stage(std::forward<R>(range));
-}
-
-/// Seconds since a steady-clock time point.
-inline double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 } // namespace ftopt::pipeline
