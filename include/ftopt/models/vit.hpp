@@ -132,8 +132,11 @@ struct ViTSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
       k = prepend(pk, k);
       v = prepend(pv, v);
     }
-    auto out = chunk > 0 ? nn::chunked_attention(split(query(x)), split(k), split(v), {.chunk = chunk})
-                         : compat::scaled_dot_product_attention(split(query(x)), split(k), split(v), std::nullopt,
+    const auto q = split(query(x));
+    k = split(k);
+    v = split(v);
+    auto out = chunk > 0 ? nn::chunked_attention(q, k, v, {.chunk = chunk})
+                         : compat::scaled_dot_product_attention(q, k, v, std::nullopt,
                                                                 is_training() ? attention_dropout : 0.0);
     return out.transpose(1, 2).reshape({B, T, C});
   }
