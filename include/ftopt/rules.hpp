@@ -45,11 +45,15 @@ inline constexpr bool has_prefix_attention =
 template <class Memory>
 inline constexpr bool needs_checkpointable_blocks = requires { requires Memory::needs_checkpointable_blocks; };
 
-/// The model's blocks can be checkpointed: it is a torch::nn::Sequential (checkpointed in
-/// segments) or declares checkpointable blocks (models::ViT, models::ResNet).
+/// The model is a torch::nn::Sequential (checkpointed in segments).
+template <class M>
+inline constexpr bool is_sequential = std::is_same_v<std::remove_cvref_t<M>, torch::nn::Sequential>;
+
+/// The model's blocks can be checkpointed: it is a torch::nn::Sequential or declares
+/// checkpointable blocks (models::ViT, models::ResNet).
 template <class M>
 inline constexpr bool has_checkpointable_blocks =
-    std::is_same_v<std::remove_cvref_t<M>, torch::nn::Sequential> ||
+    is_sequential<M> ||
     requires { requires std::remove_cvref_t<decltype(*std::declval<M&>())>::has_checkpointable_blocks; };
 
 /// true, or a static_assert naming the rule the model breaks for these policies.

@@ -18,13 +18,13 @@
 /// any other model is a compile error naming this rule (rules.hpp).
 
 #include <cstdint>
-#include <type_traits>
 
 #include <torch/nn/modules/container/sequential.h>
 
 #include <ftopt/error.hpp>
 #include <ftopt/memory/concept.hpp>
 #include <ftopt/nn/checkpoint.hpp>
+#include <ftopt/rules.hpp>
 
 namespace ftopt::memory {
 
@@ -51,7 +51,7 @@ struct Checkpoint {
   /// Sets every checkpointable block group in the model to this policy's choice.
   template <Model M>
   void prepare(M& model) {
-    if constexpr (!is_sequential<M>) {
+    if constexpr (!rules::is_sequential<M>) {
       std::int64_t found = 0;
       for (const auto& module : ftopt::detail::module_of(model).modules(/*include_self=*/true))
         if (auto* blocks = dynamic_cast<nn::CheckpointableBlocks*>(module.get())) {
@@ -65,17 +65,13 @@ struct Checkpoint {
 
   template <Model M>
   torch::Tensor forward(M& model, const torch::Tensor& input) {
-    if constexpr (is_sequential<M>)
+    if constexpr (rules::is_sequential<M>)
       return nn::checkpoint_sequential(model, segments, input, {.preserve_rng_state = preserve_rng_state});
     else
       return model->forward(input);
   }
 
   std::int64_t accumulation() const { return accumulate; }
-
-private:
-  template <class M>
-  static constexpr bool is_sequential = std::is_same_v<std::remove_cvref_t<M>, torch::nn::Sequential>;
 };
 
 static_assert(Policy<Checkpoint>);
