@@ -1,11 +1,14 @@
 #pragma once
 // Helpers shared by the test sources.
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include <torch/torch.h>
 
@@ -16,6 +19,17 @@
 #include <ftopt/trainer_options.hpp>
 
 namespace ftopt::test {
+
+/// A scratch folder removed at the end of the test.
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / ("ftopt-" + name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+};
 
 /// The message of the ftopt::Error that f throws, or a note that it threw none.
 inline std::string message_of(const std::function<void()>& f) {

@@ -191,7 +191,10 @@ public:
     auto t1 = Clock::now();
 
     parallel_.before_backward(output, sync);
-    precision_.backward(accumulation == 1 ? loss : loss / static_cast<double>(accumulation));
+    const auto backward = [&] { precision_.backward(accumulation == 1 ? loss : loss / static_cast<double>(accumulation)); };
+    // A policy that communicates during backward names a lost rank if it fails (parallel::Ddp).
+    if constexpr (requires { parallel_.guard(backward); }) parallel_.guard(backward);
+    else backward();
     parallel_.after_backward(sync);
     auto t2 = Clock::now();
 
@@ -505,7 +508,16 @@ private:
 
   /// Gradients set to none (PyTorch 2.x's zero_grad default): the next backward writes them
   /// fresh instead of adding to zeros.
+  /// A policy whose gradients alias its communication buffers has them zeroed in place instead
+  /// (parallel::Ddp with gradient_as_bucket_view).
   void zero_grad() {
+    if constexpr (requires { parallel_.zero_grads_in_place(); }) {
+      if (parallel_.zero_grads_in_place()) {
+        for (auto& p : trainable_)
+          if (p.grad().defined()) p.mutable_grad().zero_();
+        return;
+      }
+    }
     for (auto& p : trainable_) p.mutable_grad().reset();
   }
 

@@ -24,6 +24,7 @@
 using namespace ftopt;
 using namespace ftopt::pipeline;
 using Catch::Matchers::Contains;
+using ftopt::test::ScratchDir;
 
 namespace {
 
@@ -61,17 +62,6 @@ struct Probe : pipeline::detail::IndexedRange<Probe> {
     ftopt::detail::check(k != fail_at, "probe: sample ", k, " is broken");
     return {at::full({1}, static_cast<double>(k)), at::scalar_tensor(k, at::kLong)};
   }
-};
-
-/// A scratch folder removed at the end of the test.
-struct ScratchDir {
-  std::filesystem::path path;
-  explicit ScratchDir(const std::string& name)
-      : path(std::filesystem::temp_directory_path() / ("ftopt-" + name + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~ScratchDir() { std::filesystem::remove_all(path); }
 };
 
 /// An ImageFolder of `per_class` gray 28x28 JPEGs in classes "a" and "b", made from noise.

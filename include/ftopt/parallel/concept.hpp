@@ -12,7 +12,11 @@
 ///   void after_backward(bool sync);              gradients are reduced when this returns, if sync
 ///   torch::Tensor reduce_sum(const torch::Tensor&);   the sum over ranks (metrics)
 ///   int rank() const;  int world_size() const;
-/// Optional: `void validate() const`.
+/// Optional: `void validate() const`;
+///   `void guard(F&& f)`                runs the backward (f) and turns a communication failure
+///                                      into an error that names the lost rank;
+///   `bool zero_grads_in_place() const` the gradients alias communication buffers: the Trainer
+///                                      zeroes them instead of dropping them.
 ///
 /// Laws:
 ///   - after after_backward(true) every rank holds the same gradients: the mean over ranks of
@@ -20,7 +24,7 @@
 ///   - after_backward(false) leaves gradients local (DDP's no_sync for accumulation);
 ///   - reduce_sum on one rank is the identity.
 ///
-/// Models: parallel::Single.
+/// Models: parallel::Single, parallel::Ddp.
 
 #include <concepts>
 #include <vector>

@@ -1,0 +1,328 @@
+// parallel::Ddp, parallel::Group, parallel::Environment and parallel::launch, with real
+// processes on localhost over Gloo (the worker is tests/parallel/ddp_worker.cpp).
+//
+// The reference for every multi-process check is DDP's contract (PyTorch docs, "DistributedData
+// Parallel"): with the loss a mean over each rank's batch, the all-reduced gradient is the mean
+// over ranks, so W ranks on B samples each train exactly as one process on the W*B samples.
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <catch2/catch.hpp>
+
+#include <ftopt/parallel/ddp.hpp>
+#include <ftopt/parallel/launch.hpp>
+#include <ftopt/pipeline.hpp>
+#include <ftopt/precision/bf16_mixed.hpp>
+#include <ftopt/trainer.hpp>
+
+#include "../support.hpp"
+#include "ddp_data.hpp"
+
+using namespace ftopt;
+using Catch::Matchers::Contains;
+using ftopt::test::ScratchDir;
+
+namespace ddp_test {
+
+/// Sets an environment variable for the scope, restoring the old value after.
+class ScopedEnv {
+public:
+  ScopedEnv(std::string name, const char* value) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old;
+    if (value) ::setenv(name_.c_str(), value, 1);
+    else ::unsetenv(name_.c_str());
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_.c_str(), old_->c_str(), 1);
+    else ::unsetenv(name_.c_str());
+  }
+
+private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+struct Ranks {
+  parallel::LaunchResult result;
+  std::vector<std::string> logs;
+  double seconds = 0;
+};
+
+/// Runs the worker as `nproc` ranks with `args`, outputs in `dir`.
+Ranks run_workers(const ScratchDir& dir, std::vector<std::string> args, int nproc = 2,
+                  std::chrono::milliseconds grace = std::chrono::seconds(30)) {
+  args.insert(args.begin(), {FTOPT_DDP_WORKER, "--out", dir.path.string()});
+  std::ostringstream launcher_log;
+  const auto start = std::chrono::steady_clock::now();
+  Ranks ranks;
+  ranks.result = parallel::launch({.nproc = nproc, .log_dir = dir.path / "logs", .grace = grace, .log = &launcher_log}, args);
+  ranks.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r = 0; r < nproc; ++r) ranks.logs.push_back(read_text(dir.path / "logs" / ("rank" + std::to_string(r) + ".log")));
+  return ranks;
+}
+
+/// What a worker wrote: name -> tensor.
+std::map<std::string, torch::Tensor> load(const std::filesystem::path& path) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(path.string());
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& key : archive.keys()) archive.read(key, out[key]);
+  return out;
+}
+
+struct Reference {
+  std::map<std::string, torch::Tensor> params;
+  double epoch_loss = 0;
+  std::int64_t trainable = 0;
+};
+
+/// One process on the whole batch of kBatch per step: what the ranks together must equal.
+template <class Precision, class Peft>
+Reference train_alone(Peft peft, std::int64_t steps, std::int64_t epochs = 1) {
+  namespace fp = ftopt::pipeline;
+  auto model = test::ddp::model(1);
+  Trainer<Precision, Peft> trainer(test::ddp::trainer_options(epochs), {}, std::move(peft));
+  auto& params = trainer.prepare(model);
+  auto optimizer = test::ddp::optimizer(params);
+  auto [x, y] = test::ddp::data(steps);
+  auto batches = fp::from(x, y) | fp::batch(test::ddp::kBatch);
+  auto summary = trainer.fit(model, *optimizer, batches);
+  Reference ref;
+  for (const auto& item : model->named_parameters()) ref.params["param." + item.key()] = item.value().detach().clone();
+  ref.epoch_loss = summary.epochs.back().loss;
+  for (const auto& p : params) ref.trainable += p.numel();
+  return ref;
+}
+
+/// Both ranks hold bit-identical parameters, equal to the reference within `tolerance`.
+void check_against(const ScratchDir& dir, const Ranks& ranks, const Reference& ref, double tolerance) {
+  INFO("rank 0 log:\n" << ranks.logs[0] << "\nrank 1 log:\n" << ranks.logs[1]);
+  REQUIRE(ranks.result.code() == 0);
+  auto rank0 = load(dir.path / "rank0.pt");
+  auto rank1 = load(dir.path / "rank1.pt");
+  for (const auto& [name, expected] : ref.params) {
+    INFO(name);
+    REQUIRE(rank0.count(name) == 1);
+    CHECK(torch::equal(rank0[name], rank1[name]));
+    CHECK((rank0[name] - expected).abs().max().item<double>() <= tolerance);
+  }
+  CHECK(rank0["epoch_loss"].item<double>() == Approx(ref.epoch_loss).epsilon(tolerance * 10 + 1e-6));
+  CHECK(rank0["epoch_loss"].item<double>() == rank1["epoch_loss"].item<double>());
+}
+
+} // namespace ddp_test
+
+using namespace ddp_test;
+
+TEST_CASE("Environment reads torchrun's variables and names a bad one", "[parallel]") {
+  ScopedEnv master("MASTER_ADDR", "10.0.0.7"), port("MASTER_PORT", "29511"), rank("RANK", "1"),
+      world("WORLD_SIZE", "4"), local("LOCAL_RANK", "1");
+  auto env = parallel::Environment::from_env();
+  CHECK(env.master() == "10.0.0.7:29511");
+  CHECK(env.rank == 1);
+  CHECK(env.world_size == 4);
+  CHECK(env.local_rank == 1);
+
+  SECTION("alone: rank 0 of 1") {
+    ScopedEnv w("WORLD_SIZE", nullptr), r("RANK", nullptr);
+    CHECK(parallel::Environment::from_env().world_size == 1);
+  }
+  SECTION("not a number") {
+    ScopedEnv r("RANK", "one");
+    CHECK_THAT(test::message_of([] { parallel::Environment::from_env(); }),
+               Contains("RANK='one' is not a non-negative integer"));
+  }
+  SECTION("rank outside the world") {
+    ScopedEnv r("RANK", "4");
+    CHECK_THAT(test::message_of([] { parallel::Environment::from_env(); }),
+               Contains("RANK=4 is outside 0..3 (WORLD_SIZE=4)"));
+  }
+  SECTION("a port that is no port") {
+    ScopedEnv p("MASTER_PORT", "70000");
+    CHECK_THAT(test::message_of([] { parallel::Environment::from_env(); }),
+               Contains("MASTER_PORT=70000 is not a port number"));
+  }
+  SECTION("several processes need the master") {
+    ScopedEnv m("MASTER_ADDR", nullptr);
+    CHECK_THAT(test::message_of([] { parallel::Environment::from_env(); }),
+               Contains("WORLD_SIZE=4 but MASTER_ADDR is not set"));
+  }
+}
+
+TEST_CASE("launch gives each rank torchrun's variables, its own log, and reports the first failure",
+          "[parallel][launch]") {
+  ScratchDir dir("launch");
+  std::ostringstream log;
+  SECTION("all succeed") {
+    auto result = parallel::launch({.nproc = 3, .log_dir = dir.path, .log = &log},
+                                   {"sh", "-c", "echo $RANK/$WORLD_SIZE/$LOCAL_RANK@$MASTER_ADDR:$MASTER_PORT"});
+    CHECK(result.code() == 0);
+    for (int r = 0; r < 3; ++r) {
+      const auto text = read_text(dir.path / ("rank" + std::to_string(r) + ".log"));
+      CHECK_THAT(text, Contains(std::to_string(r) + "/3/" + std::to_string(r) + "@127.0.0.1:"));
+    }
+  }
+  SECTION("one fails: its status, and the others are stopped after the grace period") {
+    const auto start = std::chrono::steady_clock::now();
+    auto result = parallel::launch({.nproc = 2, .log_dir = dir.path, .grace = std::chrono::milliseconds(300), .log = &log},
+                                   {"sh", "-c", "if [ $RANK = 1 ]; then exit 7; fi; exec sleep 60"});
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CHECK(result.first_failed == 1);
+    CHECK(result.code() == 7);
+    CHECK(result.status[0] == 128 + SIGTERM);
+    CHECK(seconds < 10);
+    CHECK_THAT(log.str(), Contains("rank 1 exited with status 7"));
+  }
+  SECTION("a program that does not exist") {
+    CHECK_THAT(test::message_of([&] { parallel::launch({.nproc = 2, .log = &log}, {"/nonexistent/program"}); }),
+               Contains("cannot start '/nonexistent/program' for rank 0"));
+  }
+}
+
+TEST_CASE("Ddp alone (WORLD_SIZE 1) trains exactly as Single", "[parallel][ddp]") {
+  auto [x, y] = test::ddp::data(3);
+  auto run = [&](auto trainer) {
+    auto model = test::ddp::model(1);
+    auto& params = trainer.prepare(model);
+    auto optimizer = test::ddp::optimizer(params);
+    for (std::int64_t s = 0; s < 3; ++s) {
+      auto rows = torch::indexing::Slice(s * 32, (s + 1) * 32);
+      trainer.train_step(model, *optimizer, std::pair{x.index({rows}), y.index({rows})});
+    }
+    return test::snapshot(*model);
+  };
+  parallel::Environment alone;
+  auto single = run(Trainer<precision::Fp32, peft::Full>(test::ddp::trainer_options(1)));
+  auto ddp = run(Trainer<precision::Fp32, peft::Full, memory::None, parallel::Ddp>(
+      test::ddp::trainer_options(1), {}, {}, {}, parallel::Ddp({.environment = alone})));
+  CHECK(test::same_values(single, ddp));
+}
+
+TEST_CASE("Ddp: a wrong WORLD_SIZE or an unreachable MASTER_ADDR is a clear error in bounded time",
+          "[parallel][ddp]") {
+  auto model = test::ddp::model(1);
+  parallel::Environment env;
+  env.world_size = 2;
+  env.master_port = parallel::free_port();
+  const auto start = std::chrono::steady_clock::now();
+  SECTION("rank 0 waits for a second process that never comes") {
+    env.rank = 0;
+    Trainer<precision::Fp32, peft::Full, memory::None, parallel::Ddp> trainer(
+        test::ddp::trainer_options(1), {}, {}, {},
+        parallel::Ddp({.timeout = std::chrono::milliseconds(1500), .environment = env}));
+    CHECK_THAT(test::message_of([&] { trainer.prepare(model); }),
+               Contains("not all WORLD_SIZE=2 processes joined within 1500 ms"));
+  }
+  SECTION("rank 1 finds nobody at MASTER_ADDR:MASTER_PORT") {
+    env.rank = 1;
+    Trainer<precision::Fp32, peft::Full, memory::None, parallel::Ddp> trainer(
+        test::ddp::trainer_options(1), {}, {}, {},
+        parallel::Ddp({.timeout = std::chrono::milliseconds(1500), .environment = env}));
+    CHECK_THAT(test::message_of([&] { trainer.prepare(model); }),
+               Contains("rank 1 could not reach the store at MASTER_ADDR:MASTER_PORT=127.0.0.1:" +
+                        std::to_string(env.master_port)));
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+}
+
+TEST_CASE("Ddp options are checked", "[parallel][ddp]") {
+  CHECK_THAT(test::message_of([] { parallel::Ddp({.bucket_cap_mb = 0}).validate(); }),
+             Contains("bucket_cap_mb must be > 0, got 0"));
+  CHECK_THAT(test::message_of([] { parallel::Ddp({.timeout = std::chrono::milliseconds(0)}).validate(); }),
+             Contains("timeout must be positive, got 0 ms"));
+}
+
+TEST_CASE("Ddp, 2 processes x 16 samples = 1 process x 32 (Gloo, real processes)", "[parallel][ddp][processes]") {
+  ScratchDir dir("ddp");
+  constexpr std::int64_t steps = 4;
+  const std::vector<std::string> common{"--steps", std::to_string(steps)};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), common.begin(), common.end());
+    return extra;
+  };
+
+  SECTION("fp32, full fine-tuning, several buckets") {
+    // 0.0005 MB buckets: the 16x16 layer's gradients alone fill one, so there are several.
+    auto ranks = run_workers(dir, with({"--bucket-mb", "0.0005"}));
+    check_against(dir, ranks, train_alone<precision::Fp32>(peft::Full{}, steps), 1e-5);
+  }
+  SECTION("static graph, gradients as bucket views") {
+    auto ranks = run_workers(dir, with({"--static-graph", "--bucket-view"}));
+    check_against(dir, ranks, train_alone<precision::Fp32>(peft::Full{}, steps), 1e-5);
+  }
+  SECTION("find_unused_parameters") {
+    auto ranks = run_workers(dir, with({"--find-unused"}));
+    check_against(dir, ranks, train_alone<precision::Fp32>(peft::Full{}, steps), 1e-5);
+  }
+  SECTION("LoRA: only the adapters' gradients are reduced") {
+    auto ranks = run_workers(dir, with({"--peft", "lora"}));
+    auto ref = train_alone<precision::Fp32>(test::ddp::lora(), steps);
+    check_against(dir, ranks, ref, 1e-5);
+    auto rank0 = load(dir.path / "rank0.pt");
+    CHECK(rank0["reduced_elements"].item<std::int64_t>() == ref.trainable);
+    std::int64_t all = 0;
+    for (const auto& [name, p] : ref.params) all += p.numel();
+    CHECK(ref.trainable < all / 4);
+  }
+  SECTION("accumulation: local gradients until the window closes (no_sync)") {
+    auto ranks = run_workers(dir, with({"--accumulate", "2"}));
+    check_against(dir, ranks, train_alone<precision::Fp32>(peft::Full{}, steps), 1e-5);
+    auto rank0 = load(dir.path / "rank0.pt");
+    auto rank1 = load(dir.path / "rank1.pt");
+    REQUIRE(rank0.count("local_grad.0") == 1);
+    // After the first micro-batch each rank holds its own samples' gradients: no reduction yet.
+    CHECK_FALSE(torch::allclose(rank0["local_grad.0"], rank1["local_grad.0"]));
+  }
+  SECTION("Bf16Mixed") {
+    auto ranks = run_workers(dir, with({"--precision", "bf16"}));
+    // bf16 rounds each rank's half-batch products as the whole batch's; tolerance of bf16's
+    // 8-bit mantissa on O(1) weights after 4 steps.
+    check_against(dir, ranks, train_alone<precision::Bf16Mixed>(peft::Full{}, steps), 2e-2);
+  }
+}
+
+TEST_CASE("Ddp: rank 0's checkpoint resumes every rank on the uninterrupted curve", "[parallel][ddp][processes]") {
+  ScratchDir dir("ddp-resume");
+  const std::string checkpoint = (dir.path / "ckpt.pt").string();
+  auto ranks = run_workers(dir, {"--steps", "3", "--epochs", "1", "--checkpoint", checkpoint});
+  REQUIRE(ranks.result.code() == 0);
+  REQUIRE(std::filesystem::exists(checkpoint));
+  ranks = run_workers(dir, {"--steps", "3", "--epochs", "2", "--resume", checkpoint});
+  check_against(dir, ranks, train_alone<precision::Fp32>(peft::Full{}, 3, 2), 1e-5);
+}
+
+TEST_CASE("Ddp: a killed rank is named by the others, without waiting for the timeout",
+          "[parallel][ddp][processes][faults]") {
+  ScratchDir dir("ddp-kill");
+  // Timeout 60 s: finding the lost rank must not depend on it.
+  auto ranks = run_workers(dir, {"--steps", "6", "--die-at", "3"});
+  INFO("rank 0 log:\n" << ranks.logs[0]);
+  CHECK(ranks.result.first_failed == 1);
+  CHECK(ranks.result.status[1] == 128 + SIGKILL);
+  CHECK(ranks.result.status[0] == 1);  // its own error, not the launcher's SIGTERM
+  CHECK_THAT(ranks.logs[0], Contains("lost rank 1"));
+  CHECK(ranks.seconds < 20);
+}
+
+TEST_CASE("Ddp: a hung rank makes the others fail after the timeout", "[parallel][ddp][processes][faults]") {
+  ScratchDir dir("ddp-hang");
+  auto ranks = run_workers(dir, {"--steps", "6", "--hang-at", "2", "--timeout-ms", "3000"}, 2, std::chrono::seconds(2));
+  INFO("rank 0 log:\n" << ranks.logs[0]);
+  CHECK(ranks.result.first_failed == 0);
+  CHECK(ranks.result.status[0] == 1);
+  CHECK_THAT(ranks.logs[0], Contains("hung") && Contains("3000 ms"));
+  CHECK(ranks.seconds < 30);
+}
