@@ -46,7 +46,8 @@ if [ -x "$build/tests/ftopt_tests" ]; then
   fi
 fi
 if [ -x "$build/tests/ftopt_tests" ]; then
-  # The CUDA-only paths: checkpointing's CUDA RNG, allocator peaks, pinned copies, Fp16Mixed.
+  # The CUDA-only paths: checkpointing's CUDA RNG, allocator peaks, pinned copies, Fp16Mixed,
+  # and parallel::Ddp over NCCL on one GPU (the smoke test of the NCCL path).
   if timeout 120 "$build/tests/ftopt_tests" "[cuda],[fp16]" > "$OUT/cuda-tests.log" 2>&1; then
     status cuda-tests "$(tail -2 "$OUT/cuda-tests.log" | head -1)"
   else

@@ -192,7 +192,8 @@ TEST_CASE("launch gives each rank torchrun's variables, its own log, and reports
   }
 }
 
-TEST_CASE("Ddp alone (WORLD_SIZE 1) trains exactly as Single", "[parallel][ddp]") {
+/// Ddp as rank 0 of 1 on `device` against parallel::Single: the same weights after 3 steps.
+static void check_alone_equals_single(torch::Device device) {
   auto [x, y] = test::ddp::data(3);
   auto run = [&](auto trainer) {
     auto model = test::ddp::model(1);
@@ -204,15 +205,40 @@ TEST_CASE("Ddp alone (WORLD_SIZE 1) trains exactly as Single", "[parallel][ddp]"
     }
     return test::snapshot(*model);
   };
-  parallel::Environment alone;
-  auto single = run(Trainer<precision::Fp32, peft::Full>(test::ddp::trainer_options(1)));
+  auto options = test::ddp::trainer_options(1);
+  options.device = device;
+  auto single = run(Trainer<precision::Fp32, peft::Full>(options));
   auto ddp = run(Trainer<precision::Fp32, peft::Full, memory::None, parallel::Ddp>(
-      test::ddp::trainer_options(1), {}, {}, {}, parallel::Ddp({.environment = alone})));
+      options, {}, {}, {}, parallel::Ddp({.environment = parallel::Environment{}})));
   CHECK(test::same_values(single, ddp));
+}
+
+static bool have_gloo() {
+  if (parallel::has_backend(parallel::Backend::Gloo)) return true;
+  WARN("skipped: this build has no Gloo backend");
+  return false;
+}
+
+TEST_CASE("Ddp alone (WORLD_SIZE 1) trains exactly as Single", "[parallel][ddp]") {
+  if (!have_gloo()) return;
+  check_alone_equals_single(torch::kCPU);
+}
+
+TEST_CASE("CUDA: Ddp over NCCL on one GPU trains exactly as Single", "[cuda][ddp]") {
+  if (!torch::cuda::is_available()) {
+    WARN("skipped: no CUDA device");
+    return;
+  }
+  if (!parallel::has_backend(parallel::Backend::Nccl)) {
+    WARN("skipped: this build has no NCCL backend");
+    return;
+  }
+  check_alone_equals_single(torch::kCUDA);
 }
 
 TEST_CASE("Ddp: a wrong WORLD_SIZE or an unreachable MASTER_ADDR is a clear error in bounded time",
           "[parallel][ddp]") {
+  if (!have_gloo()) return;
   auto model = test::ddp::model(1);
   parallel::Environment env;
   env.world_size = 2;
@@ -246,6 +272,7 @@ TEST_CASE("Ddp options are checked", "[parallel][ddp]") {
 }
 
 TEST_CASE("Ddp, 2 processes x 16 samples = 1 process x 32 (Gloo, real processes)", "[parallel][ddp][processes]") {
+  if (!have_gloo()) return;
   ScratchDir dir("ddp");
   constexpr std::int64_t steps = 4;
   const std::vector<std::string> common{"--steps", std::to_string(steps)};
@@ -295,6 +322,7 @@ TEST_CASE("Ddp, 2 processes x 16 samples = 1 process x 32 (Gloo, real processes)
 }
 
 TEST_CASE("Ddp: rank 0's checkpoint resumes every rank on the uninterrupted curve", "[parallel][ddp][processes]") {
+  if (!have_gloo()) return;
   ScratchDir dir("ddp-resume");
   const std::string checkpoint = (dir.path / "ckpt.pt").string();
   auto ranks = run_workers(dir, {"--steps", "3", "--epochs", "1", "--checkpoint", checkpoint});
@@ -306,6 +334,7 @@ TEST_CASE("Ddp: rank 0's checkpoint resumes every rank on the uninterrupted curv
 
 TEST_CASE("Ddp: a killed rank is named by the others, without waiting for the timeout",
           "[parallel][ddp][processes][faults]") {
+  if (!have_gloo()) return;
   ScratchDir dir("ddp-kill");
   // Timeout 60 s: finding the lost rank must not depend on it.
   auto ranks = run_workers(dir, {"--steps", "6", "--die-at", "3"});
@@ -318,6 +347,7 @@ TEST_CASE("Ddp: a killed rank is named by the others, without waiting for the ti
 }
 
 TEST_CASE("Ddp: a hung rank makes the others fail after the timeout", "[parallel][ddp][processes][faults]") {
+  if (!have_gloo()) return;
   ScratchDir dir("ddp-hang");
   auto ranks = run_workers(dir, {"--steps", "6", "--hang-at", "2", "--timeout-ms", "3000"}, 2, std::chrono::seconds(2));
   INFO("rank 0 log:\n" << ranks.logs[0]);

@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -90,6 +91,12 @@ inline std::string first_line(const std::exception& e) {
   return text.substr(0, text.find('\n'));
 }
 
+/// c10d and Gloo say "Timeout", "timed out" or "Timed out" when a wait ran past its limit.
+inline bool timed_out(const std::exception& e) {
+  const std::string text = first_line(e);
+  return text.find("imeout") != std::string::npos || text.find("imed out") != std::string::npos;
+}
+
 /// Python ignores SIGPIPE; a C++ program by default dies of it when a peer's socket closes
 /// mid-write, before any error could be reported. Ignore it unless the program set a handler.
 inline void ignore_sigpipe() {
@@ -139,8 +146,17 @@ public:
                          ")");
     ftopt::detail::check(options.timeout.count() > 0, "parallel::Group::join: timeout must be positive, got ",
                          options.timeout.count(), " ms");
+    // One group per process and environment, as torch.distributed's default group: a second
+    // Ddp in the same process shares it (rank 0 cannot host a second store on the same port).
+    static std::mutex mutex;
+    static std::map<std::string, std::weak_ptr<Group>> joined;
+    const std::string key = env.master() + "/" + std::to_string(env.rank) + "/" + std::to_string(env.world_size) +
+                            "/" + to_string(options.backend);
+    std::lock_guard lock(mutex);
+    if (auto existing = joined[key].lock()) return existing;
     auto group = std::shared_ptr<Group>(new Group(env, options));
     group->connect();
+    joined[key] = group;
     return group;
   }
 
@@ -195,8 +211,7 @@ public:
     } catch (const std::exception& e) {
       std::string diagnosis = diagnose();
       const std::string message = detail::first_line(e);
-      const bool timed_out = message.find("imeout") != std::string::npos || message.find("imed out") != std::string::npos;
-      if (diagnosis.empty() && !timed_out) throw;
+      if (diagnosis.empty() && !detail::timed_out(e)) throw;
       if (diagnosis.empty())
         diagnosis = "every rank is still alive, so one is hung or took a different path (waited " +
                     std::to_string(options_.timeout.count()) + " ms, the timeout)";
@@ -242,6 +257,9 @@ private:
       try {
         store_ = c10::make_intrusive<c10d::TCPStore>(env_.master_addr, store_options);
       } catch (const std::exception& e) {
+        if (rank() == 0 && !detail::timed_out(e))
+          ftopt::detail::fail("parallel: rank 0 cannot host the store at MASTER_ADDR:MASTER_PORT=", env_.master(), ": ",
+                              detail::first_line(e));
         if (rank() == 0) not_all_joined(e);
         ftopt::detail::fail("parallel: rank ", rank(), " could not reach the store at MASTER_ADDR:MASTER_PORT=",
                             env_.master(), " within ", options_.timeout.count(),
@@ -251,7 +269,9 @@ private:
     try {
       group_ = make_group();
     } catch (const std::exception& e) {
-      not_all_joined(e);
+      if (detail::timed_out(e)) not_all_joined(e);
+      ftopt::detail::fail("parallel: rank ", rank(), " of WORLD_SIZE=", world_size(), " could not form the ",
+                          to_string(backend()), " group through ", env_.master(), ": ", detail::first_line(e));
     }
     if (world_size() > 1) start_heartbeat();
   }
