@@ -107,7 +107,8 @@ class Ddp {
 public:
   using axis = ftopt::axis::Parallel;
 
-  explicit Ddp(DdpOptions options = {})
+  Ddp() : Ddp(DdpOptions{}) {}
+  explicit Ddp(DdpOptions options)
       : options_(std::move(options)), env_(options_.environment ? *options_.environment : Environment::from_env()) {}
 
   void validate() const { options_.validate(); }
