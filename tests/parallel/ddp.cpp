@@ -337,13 +337,23 @@ TEST_CASE("Ddp: a killed rank is named by the others, without waiting for the ti
   if (!have_gloo()) return;
   ScratchDir dir("ddp-kill");
   // Timeout 60 s: finding the lost rank must not depend on it.
-  auto ranks = run_workers(dir, {"--steps", "6", "--die-at", "3"});
-  INFO("rank 0 log:\n" << ranks.logs[0]);
-  CHECK(ranks.result.first_failed == 1);
-  CHECK(ranks.result.status[1] == 128 + SIGKILL);
-  CHECK(ranks.result.status[0] == 1);  // its own error, not the launcher's SIGTERM
-  CHECK_THAT(ranks.logs[0], Contains("lost rank 1"));
-  CHECK(ranks.seconds < 20);
+  SECTION("rank 1 dies") {
+    auto ranks = run_workers(dir, {"--steps", "6", "--die-at", "3"});
+    INFO("rank 0 log:\n" << ranks.logs[0]);
+    CHECK(ranks.result.first_failed == 1);
+    CHECK(ranks.result.status[1] == 128 + SIGKILL);
+    CHECK(ranks.result.status[0] == 1);  // its own error, not the launcher's SIGTERM
+    CHECK_THAT(ranks.logs[0], Contains("lost rank 1 (its heartbeat in the store stopped)"));
+    CHECK(ranks.seconds < 20);
+  }
+  SECTION("rank 0, the store's host, dies") {
+    auto ranks = run_workers(dir, {"--steps", "6", "--die-at", "3", "--victim", "0"});
+    INFO("rank 1 log:\n" << ranks.logs[1]);
+    CHECK(ranks.result.first_failed == 0);
+    CHECK(ranks.result.status[1] == 1);
+    CHECK_THAT(ranks.logs[1], Contains("lost rank 0 (the store it hosts at 127.0.0.1:"));
+    CHECK(ranks.seconds < 20);
+  }
 }
 
 TEST_CASE("Ddp: a hung rank makes the others fail after the timeout", "[parallel][ddp][processes][faults]") {

@@ -6,8 +6,8 @@
 //                      window (before any reduction), when --accumulate > 1
 //   epoch_loss         the Trainer's epoch loss (averaged over all ranks)
 //   reduced_elements   what each synchronizing step all-reduces
-// Faults: --die-at K kills rank 1 (SIGKILL) at its K-th loss evaluation, --hang-at K makes it
-// sleep there instead.
+// Faults: --die-at K kills rank --victim (1) with SIGKILL at its K-th loss evaluation,
+// --hang-at K makes it sleep there instead.
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -35,6 +35,7 @@ struct Args {
   std::int64_t accumulate = 1;
   ftopt::parallel::DdpOptions ddp;
   int die_at = 0;
+  int victim = 1;  ///< the rank --die-at / --hang-at apply to
   int hang_at = 0;
   std::string checkpoint;
   std::string resume;
@@ -60,6 +61,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--timeout-ms") args.ddp.timeout = std::chrono::milliseconds(std::stoll(value));
     else if (flag == "--die-at") args.die_at = std::stoi(value);
     else if (flag == "--hang-at") args.hang_at = std::stoi(value);
+    else if (flag == "--victim") args.victim = std::stoi(value);
     else if (flag == "--checkpoint") args.checkpoint = value;
     else if (flag == "--resume") args.resume = value;
     else ftopt::detail::fail("ddp_worker: unknown flag ", flag);
@@ -78,8 +80,8 @@ int train(const Args& args, Peft peft) {
   auto calls = std::make_shared<int>(0);
   options.loss = [&args, rank, calls](const torch::Tensor& out, const torch::Tensor& y) {
     ++*calls;
-    if (rank == 1 && args.die_at == *calls) std::raise(SIGKILL);
-    if (rank == 1 && args.hang_at == *calls) std::this_thread::sleep_for(std::chrono::minutes(10));
+    if (rank == args.victim && args.die_at == *calls) std::raise(SIGKILL);
+    if (rank == args.victim && args.hang_at == *calls) std::this_thread::sleep_for(std::chrono::minutes(10));
     return torch::nn::functional::cross_entropy(out, y);
   };
   if (!args.checkpoint.empty()) options.checkpoint = ftopt::CheckpointOptions{.path = args.checkpoint};
