@@ -18,6 +18,7 @@
 #include <ftopt/parallel/single.hpp>
 #include <ftopt/peft/full.hpp>
 #include <ftopt/precision/fp32.hpp>
+#include <ftopt/quant/dynamic_int8.hpp>
 #include <ftopt/quant/none.hpp>
 #include <ftopt/rules.hpp>
 #include <ftopt/schedule/warmup_cosine.hpp>

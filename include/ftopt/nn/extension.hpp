@@ -22,6 +22,9 @@ template <class Layer>
 struct Extension {
   virtual ~Extension() = default;
   virtual at::Tensor forward(Layer& layer, const at::Tensor& input) = 0;
+  /// False once the extension computes exactly the layer's own forward (a merged LoRA branch):
+  /// another policy (quantization) may then replace it.
+  virtual bool changes_forward() const { return true; }
 };
 
 /// The attach point a layer holds: empty unless a policy attached something. With nothing

@@ -57,6 +57,7 @@ public:
   /// scaling * B A, the update merge adds to W.
   at::Tensor delta() const { return at::matmul(b_->weight, a_->weight) * scaling_; }
   bool merged() const { return merged_; }
+  bool changes_forward() const override { return !merged_; }
   void set_merged(bool merged) { merged_ = merged; }
   nn::Linear& a() { return a_; }
   nn::Linear& b() { return b_; }

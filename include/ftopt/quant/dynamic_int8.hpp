@@ -1,0 +1,234 @@
+#pragma once
+/// quant::DynamicInt8: after training, every nn::Linear (but those kept in float) runs int8
+/// weights with activations quantized on the fly, as torch.ao.quantization.quantize_dynamic
+/// does with its default qconfig: weights symmetric qint8 from their min and max (per tensor,
+/// or per output channel), activations per call from their own range, the kernels prepacked
+/// (quantized::linear_prepack / quantized::linear_dynamic) on the best engine the build has.
+///
+///   ftopt::Trainer<ftopt::precision::Fp32, ftopt::peft::Lora, ftopt::memory::None,
+///                  ftopt::parallel::Single, ftopt::quant::DynamicInt8> trainer(options, {}, lora, {}, {},
+///       ftopt::quant::DynamicInt8({.keep_float = {"classifier"}}));
+///   ...fit...
+///   trainer.finalize(model);          // LoRA merged, then the Linears quantized
+///   quant::save_int8(*model, "model.safetensors");
+///
+/// Training is untouched (prepare does nothing); convert quantizes. Weights keep their float
+/// values in the module (so the state dict and a later re-conversion still work); the int8
+/// copies live in the attached kernels.
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include <ftopt/error.hpp>
+#include <ftopt/nn/linear.hpp>
+#include <ftopt/nn/names.hpp>
+#include <ftopt/quant/concept.hpp>
+#include <ftopt/quant/engine.hpp>
+#include <ftopt/weights/files.hpp>
+#include <ftopt/weights/state_dict.hpp>
+
+namespace ftopt::quant {
+
+/// How weights are scaled: one scale for the whole matrix, or one per output row.
+enum class Granularity { PerTensor, PerChannel };
+
+struct DynamicInt8Options {
+  /// torch.ao's default dynamic qconfig is per tensor; per channel is its per_channel_dynamic_qconfig.
+  Granularity granularity = Granularity::PerTensor;
+  Engine engine = Engine::Auto;
+  /// Linears under these names stay in float (the seeds: attention and other sensitive layers).
+  nn::NamePatterns keep_float;
+
+  void validate() const {}
+};
+
+/// The symmetric qint8 weight PyTorch's MinMaxObserver / PerChannelMinMaxObserver make
+/// (qscheme per_tensor_symmetric / per_channel_symmetric, quant_min -128, quant_max 127):
+/// scale = max(|min|, |max|) / ((127 - -128) / 2), at least float epsilon; zero point 0.
+inline at::Tensor quantize_weight(const at::Tensor& weight, Granularity granularity) {
+  const at::Tensor w = weight.detach().to(at::kFloat).contiguous();
+  const double eps = std::numeric_limits<float>::epsilon();
+  if (granularity == Granularity::PerTensor) {
+    const double amax = std::max(-w.min().item<double>(), w.max().item<double>());
+    const double scale = std::max(std::max(amax, 0.0) / 127.5, eps);
+    return at::quantize_per_tensor(w, scale, 0, at::kQInt8);
+  }
+  const at::Tensor rows = w.flatten(1);
+  const at::Tensor amax = at::maximum(-std::get<0>(rows.min(1)), std::get<0>(rows.max(1))).clamp_min(0);
+  const at::Tensor scales = (amax.to(at::kDouble) / 127.5).clamp_min(eps);
+  return at::quantize_per_channel(w, scales, at::zeros({w.size(0)}, at::kLong), 0, at::kQInt8);
+}
+
+/// The int8 kernel attached to one nn::Linear.
+class DynamicInt8Linear : public nn::Extension<nn::LinearImpl> {
+public:
+  DynamicInt8Linear(at::Tensor qweight, c10::optional<at::Tensor> bias, at::QEngine engine)
+      : qweight_(std::move(qweight)), bias_(std::move(bias)), engine_(engine),
+        packed_(prepack_linear(qweight_, bias_)) {}
+
+  at::Tensor forward(nn::LinearImpl&, const at::Tensor& input) override {
+    const at::Tensor x = input.scalar_type() == at::kFloat ? input.contiguous() : input.to(at::kFloat).contiguous();
+    return linear_dynamic(x, packed_, reduce_range(engine_));
+  }
+
+  const at::Tensor& qweight() const { return qweight_; }
+  const c10::optional<at::Tensor>& bias() const { return bias_; }
+
+private:
+  at::Tensor qweight_;
+  c10::optional<at::Tensor> bias_;
+  at::QEngine engine_;
+  PackedLinear packed_;
+};
+
+namespace detail {
+
+/// The nn::Linear layers of a module, by name, that are not under `keep_float`. Linears inside
+/// another Linear belong to its extension (LoRA's lora_A and lora_B) and are left alone.
+inline std::vector<std::pair<std::string, nn::LinearImpl*>> quantizable_linears(torch::nn::Module& module,
+                                                                                const nn::NamePatterns& keep_float) {
+  std::vector<std::pair<std::string, nn::LinearImpl*>> out;
+  std::vector<std::string> outer;
+  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
+    auto* linear = item.value()->as<nn::LinearImpl>();
+    if (linear == nullptr) continue;
+    const std::string& name = item.key();
+    const bool nested = std::any_of(outer.begin(), outer.end(), [&](const std::string& o) {
+      return o.empty() || name.rfind(o + ".", 0) == 0;
+    });
+    if (nested) continue;
+    outer.push_back(name);
+    bool kept = false;
+    for (const auto& pattern : keep_float) kept = kept || nn::detail::under(pattern, item.key());
+    if (!kept) out.emplace_back(item.key(), linear);
+  }
+  return out;
+}
+
+inline c10::optional<at::Tensor> float_bias(const nn::LinearImpl& linear) {
+  if (!linear.bias.defined()) return c10::nullopt;
+  return linear.bias.detach().to(at::kFloat).contiguous();
+}
+
+} // namespace detail
+
+class DynamicInt8 {
+public:
+  using axis = ftopt::axis::Quant;
+
+  DynamicInt8() = default;
+  explicit DynamicInt8(DynamicInt8Options options) : options_(std::move(options)) {}
+
+  void validate() const { options_.validate(); }
+  const DynamicInt8Options& options() const { return options_; }
+
+  void prepare(torch::nn::Module&) {}
+
+  /// Attaches an int8 kernel to each quantizable nn::Linear, replacing a merged LoRA branch. A
+  /// layer whose extension still changes its forward (an unmerged LoRA branch, an adapter) is
+  /// an error: merge first (Trainer::finalize does), or keep the layer in float.
+  void convert(torch::nn::Module& module) {
+    const at::QEngine engine = select_engine(options_.engine);
+    torch::NoGradGuard no_grad;
+    quantized_.clear();
+    for (auto& [name, linear] : detail::quantizable_linears(module, options_.keep_float)) {
+      ftopt::detail::check(!linear->extension() || !linear->extension()->changes_forward() ||
+                               std::dynamic_pointer_cast<DynamicInt8Linear>(linear->extension()),
+                           "quant::DynamicInt8: layer '", name,
+                           "' carries another extension (an unmerged adapter?); merge it before converting");
+      linear->attach(std::make_shared<DynamicInt8Linear>(quantize_weight(linear->weight, options_.granularity),
+                                                         detail::float_bias(*linear), engine));
+      quantized_.push_back(name);
+    }
+    ftopt::detail::check(!quantized_.empty(), "quant::DynamicInt8: the model has no nn::Linear to quantize",
+                         options_.keep_float.empty() ? "" : " outside keep_float");
+  }
+
+  /// The names of the layers the last convert quantized, in module order.
+  const std::vector<std::string>& quantized() const { return quantized_; }
+
+private:
+  DynamicInt8Options options_;
+  std::vector<std::string> quantized_;
+};
+
+static_assert(Policy<DynamicInt8>);
+
+/// Saves a converted model: each int8 Linear as "<name>.weight" (int8 values),
+/// "<name>.weight_scale" (float64, one per tensor or per row) and its float bias; everything
+/// else as in the float state dict. The format follows the file's extension (.safetensors or
+/// a torch.save zip), written atomically like every ftopt file.
+inline void save_int8(const torch::nn::Module& module, const std::filesystem::path& path) {
+  weights::StateDict state = weights::state_dict(module);
+  auto& mutable_module = const_cast<torch::nn::Module&>(module);
+  for (const auto& item : mutable_module.named_modules("", false)) {
+    auto* linear = item.value()->as<nn::LinearImpl>();
+    if (linear == nullptr) continue;
+    auto int8 = std::dynamic_pointer_cast<DynamicInt8Linear>(linear->extension());
+    if (!int8) continue;
+    const at::Tensor& q = int8->qweight();
+    state[item.key() + ".weight"] = q.int_repr();
+    state.insert(item.key() + ".weight_scale",
+                 q.qscheme() == at::kPerTensorAffine ? at::full({1}, q.q_scale(), at::kDouble)
+                                                     : q.q_per_channel_scales().to(at::kDouble));
+  }
+  weights::save_file(path, state, weights::format_for(path));
+}
+
+/// Loads a file save_int8 wrote into a float model of the same architecture: float tensors by
+/// name, and for each Linear with a "<name>.weight_scale" its int8 kernel, rebuilt from the
+/// stored values and scales (no re-quantization). Returns the names of the int8 layers.
+inline std::vector<std::string> load_int8(torch::nn::Module& module, const std::filesystem::path& path,
+                                          Engine engine = Engine::Auto) {
+  const at::QEngine chosen = select_engine(engine);
+  weights::StateDict state = weights::load_file(path);
+  weights::StateDict floats;
+  std::vector<std::string> int8_layers;
+  for (const auto& item : state) {
+    const std::string& key = item.key();
+    const std::string suffix = ".weight_scale";
+    if (key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0)
+      int8_layers.push_back(key.substr(0, key.size() - suffix.size()));
+  }
+  auto modules = module.named_modules("", false);
+  torch::NoGradGuard no_grad;
+  std::vector<std::pair<nn::LinearImpl*, at::Tensor>> kernels;
+  for (const auto& name : int8_layers) {
+    const std::string where = "quant::load_int8: " + path.string() + ": '" + name + "'";
+    ftopt::detail::check(modules.contains(name) && modules[name]->as<nn::LinearImpl>() != nullptr, where,
+                         " is not an nn::Linear of this model");
+    const at::Tensor* values = state.find(name + ".weight");
+    ftopt::detail::check(values != nullptr && values->scalar_type() == at::kChar, where,
+                         ".weight is missing or not int8");
+    const at::Tensor scales = state[name + ".weight_scale"].to(at::kDouble);
+    auto* linear = modules[name]->as<nn::LinearImpl>();
+    ftopt::detail::check(values->sizes() == linear->weight.sizes(), where, ".weight has shape ", values->sizes(),
+                         ", the model's layer ", linear->weight.sizes());
+    at::Tensor q = scales.numel() == 1
+                       ? at::_make_per_tensor_quantized_tensor(*values, scales.item<double>(), 0)
+                       : at::_make_per_channel_quantized_tensor(*values, scales, at::zeros_like(scales, at::kLong), 0);
+    kernels.emplace_back(linear, q);
+  }
+  for (const auto& item : state) {
+    bool int8_key = false;
+    for (const auto& name : int8_layers)
+      int8_key = int8_key || item.key() == name + ".weight" || item.key() == name + ".weight_scale";
+    if (!int8_key) floats.insert(item.key(), item.value());
+  }
+  // The int8 layers' float weights are not in the file: their int8 values, dequantized, stand
+  // in. Strict loading checks every key before it copies anything.
+  for (auto& [linear, q] : kernels)
+    for (const auto& item : modules)
+      if (item.value()->as<nn::LinearImpl>() == linear) floats.insert(item.key() + ".weight", q.dequantize());
+  weights::load_state_dict(module, floats, {}, "quant::load_int8: " + path.string());
+  for (auto& [linear, q] : kernels) linear->attach(std::make_shared<DynamicInt8Linear>(q, detail::float_bias(*linear), chosen));
+  return int8_layers;
+}
+
+} // namespace ftopt::quant

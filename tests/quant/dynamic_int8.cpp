@@ -1,0 +1,155 @@
+// quant::DynamicInt8 against what torch.ao.quantization.quantize_dynamic computes:
+//  - weights: MinMaxObserver / PerChannelMinMaxObserver with qint8 and a symmetric qscheme
+//    (torch/ao/quantization/observer.py, _calculate_qparams): scale = max(-min, max) / 127.5,
+//    zero point 0;
+//  - activations: per call, quint8 from the tensor's own range extended to include 0
+//    (ATen's quant_utils::ChooseQuantizationParams): scale = (max - min) / 255 (127 with
+//    reduce_range), zero point = round(-min / scale);
+//  - output: the int8 product dequantized, i.e. dequant(x) . dequant(W)^T + b.
+#include <catch2/catch.hpp>
+
+#include <torch/torch.h>
+
+#include <ftopt/peft/lora.hpp>
+#include <ftopt/quant/dynamic_int8.hpp>
+#include <ftopt/trainer.hpp>
+
+#include "../support.hpp"
+
+using namespace ftopt;
+using Catch::Matchers::Contains;
+using ftopt::test::ScratchDir;
+
+namespace quant_test {
+
+double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
+  return ((got - want).norm() / want.norm()).item<double>();
+}
+
+/// What the dynamic kernel computes, from the formulas above.
+torch::Tensor dynamic_reference(const torch::Tensor& x, const torch::Tensor& qweight, const torch::Tensor& bias,
+                                bool reduce) {
+  const double lo = std::min(x.min().item<double>(), 0.0), hi = std::max(x.max().item<double>(), 0.0);
+  const double qmax = reduce ? 127 : 255;
+  const double scale = (hi - lo) / qmax;
+  const auto zero_point = static_cast<std::int64_t>(std::nearbyint(-lo / scale));
+  const auto xq = torch::quantize_per_tensor(x, scale, zero_point, torch::kQUInt8).dequantize();
+  return torch::nn::functional::linear(xq, qweight.dequantize(), bias);
+}
+
+} // namespace quant_test
+
+using namespace quant_test;
+
+TEST_CASE("quantize_weight: symmetric qint8 scales as PyTorch's MinMax observers", "[quant][int8]") {
+  torch::manual_seed(3);
+  const auto w = torch::randn({8, 16});
+  SECTION("per tensor") {
+    const auto q = quant::quantize_weight(w, quant::Granularity::PerTensor);
+    const double amax = w.abs().max().item<double>();
+    CHECK(q.q_scale() == Approx(amax / 127.5).epsilon(1e-12));
+    CHECK(q.q_zero_point() == 0);
+    CHECK(torch::equal(q.int_repr().to(torch::kFloat), torch::clamp(torch::round(w / q.q_scale()), -128, 127)));
+  }
+  SECTION("per channel") {
+    const auto q = quant::quantize_weight(w, quant::Granularity::PerChannel);
+    const auto amax = std::get<0>(w.abs().max(1)).to(torch::kDouble);
+    CHECK(torch::allclose(q.q_per_channel_scales(), amax / 127.5, 1e-12, 0));
+    CHECK(q.q_per_channel_zero_points().abs().sum().item<std::int64_t>() == 0);
+  }
+}
+
+TEST_CASE("DynamicInt8 Linear: the int8 product as PyTorch defines it, within 2% of float", "[quant][int8]") {
+  torch::manual_seed(4);
+  ftopt::nn::Linear linear(64, 32);
+  auto x = torch::randn({16, 64});
+  const auto expected = linear->forward(x).detach();
+  for (auto granularity : {quant::Granularity::PerTensor, quant::Granularity::PerChannel}) {
+    quant::DynamicInt8 policy({.granularity = granularity});
+    policy.convert(*linear);
+    REQUIRE(policy.quantized().size() == 1);  // the layer itself, named ""
+    auto int8 = std::dynamic_pointer_cast<quant::DynamicInt8Linear>(linear->extension());
+    REQUIRE(int8);
+    const auto got = linear->forward(x);
+    const bool reduce = quant::reduce_range(at::globalContext().qEngine());
+    CHECK(relative_error(got, dynamic_reference(x, int8->qweight(), linear->bias, reduce)) < 1e-4);
+    CHECK(relative_error(got, expected) < 0.02);
+    // A batch of 3-D tokens, as the ViT feeds it.
+    const auto tokens = torch::randn({2, 5, 64});
+    CHECK(relative_error(linear->forward(tokens), at::linear(tokens, linear->weight, linear->bias)) < 0.02);
+  }
+}
+
+TEST_CASE("DynamicInt8 on a model: keep_float, Trainer::finalize after LoRA, errors", "[quant][int8]") {
+  auto model = test::small_mlp(5);
+  auto x = torch::randn({32, 6});
+  const auto expected = model->forward(x).detach();
+
+  SECTION("every Linear but the kept one") {
+    quant::DynamicInt8 policy({.keep_float = {"2"}});
+    policy.convert(*model);
+    CHECK(policy.quantized() == std::vector<std::string>{"layers.0"});
+    auto modules = model->named_modules("", false);
+    CHECK(modules["layers.2"]->as<ftopt::nn::LinearImpl>()->extension() == nullptr);
+    CHECK(relative_error(model->forward(x), expected) < 0.02);
+  }
+  SECTION("an unmerged LoRA branch is refused") {
+    peft::Lora lora({.r = 2, .alpha = 4, .targets = {"0"}});
+    lora.attach(*model);
+    CHECK_THAT(test::message_of([&] { quant::DynamicInt8().convert(*model); }),
+               Contains("layer 'layers.0' carries another extension (an unmerged adapter?)"));
+  }
+  SECTION("finalize: LoRA merged, then quantized") {
+    Trainer<precision::Fp32, peft::Lora, memory::None, parallel::Single, quant::DynamicInt8> trainer(
+        test::quiet(), {}, peft::Lora({.r = 2, .alpha = 4, .targets = {"0", "2"}}));
+    auto& params = trainer.prepare(model);
+    torch::optim::SGD optimizer(params, 0.5);
+    auto y = torch::randint(3, {32});
+    for (int i = 0; i < 3; ++i) trainer.train_step(model, optimizer, std::pair{x, y});
+    model->eval();
+    const auto trained = model->forward(x).detach();
+    trainer.finalize(model);
+    CHECK(trainer.quant().quantized().size() == 2);
+    CHECK(relative_error(model->forward(x), trained) < 0.02);
+  }
+  SECTION("an engine this build lacks") {
+    const auto& supported = at::globalContext().supportedQEngines();
+    if (std::find(supported.begin(), supported.end(), at::QEngine::X86) == supported.end()) {
+      CHECK_THAT(test::message_of([&] { quant::DynamicInt8({.engine = quant::Engine::X86}).convert(*model); }),
+                 Contains("engine x86 is not in this LibTorch (supported: "));
+    }
+  }
+  SECTION("nothing to quantize") {
+    CHECK_THAT(test::message_of([&] { quant::DynamicInt8({.keep_float = {"layers"}}).convert(*model); }),
+               Contains("no nn::Linear to quantize outside keep_float"));
+  }
+}
+
+TEST_CASE("save_int8 / load_int8: the same outputs from a file a quarter the size", "[quant][int8][files]") {
+  ScratchDir dir("int8");
+  torch::manual_seed(6);
+  models::Mlp model({.in = 64, .hidden = {128}, .out = 10});
+  auto x = torch::randn({8, 64});
+  weights::save(*model, dir.path / "float.safetensors");
+  quant::DynamicInt8 policy({.granularity = quant::Granularity::PerChannel});
+  policy.convert(*model);
+  const auto converted = model->forward(x).detach();
+  quant::save_int8(*model, dir.path / "int8.safetensors");
+  const auto float_bytes = std::filesystem::file_size(dir.path / "float.safetensors");
+  const auto int8_bytes = std::filesystem::file_size(dir.path / "int8.safetensors");
+  CHECK(int8_bytes < float_bytes / 3);
+
+  torch::manual_seed(99);  // other float weights: the file must replace them all
+  models::Mlp fresh({.in = 64, .hidden = {128}, .out = 10});
+  const auto layers = quant::load_int8(*fresh, dir.path / "int8.safetensors");
+  CHECK(layers == std::vector<std::string>{"layers.0", "layers.2"});
+  CHECK(torch::equal(fresh->forward(x), converted));
+
+  SECTION("a model of another shape is refused by name, untouched") {
+    models::Mlp other({.in = 64, .hidden = {64}, .out = 10});
+    const auto before = test::snapshot(*other);
+    CHECK_THAT(test::message_of([&] { quant::load_int8(*other, dir.path / "int8.safetensors"); }),
+               Contains("'layers.0'.weight has shape [128, 64], the model's layer [64, 64]"));
+    CHECK(test::same_values(before, test::snapshot(*other)));
+  }
+}
