@@ -114,6 +114,8 @@ struct Row {
   std::int64_t trainable = 0, total = 0;
   double test_accuracy = 0;
   double data_wait = 0;  ///< fraction of the epoch the Trainer waited for the next batch
+  double int8_accuracy = 0;  ///< test accuracy after quant::DynamicInt8 (adapters merged first)
+  double int8_speedup = 0;   ///< float test-set evaluation time / int8's
 };
 
 std::int64_t numel(const std::vector<torch::Tensor>& ts) {
@@ -130,7 +132,7 @@ enum class Loading {
 
 template <class Trainer, class M>
 Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_set, const Prepared& test_set,
-          double lr, Loading loading = Loading::InMemory, bool augmented = false) {
+          double lr, Loading loading = Loading::InMemory, bool augmented = false, bool int8 = true) {
   namespace fp = ftopt::pipeline;
   std::cerr << "\n== " << setup << '\n';
   torch::manual_seed(1);  // every row starts from the same random state (adapter initialization)
@@ -164,19 +166,32 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
   }
   auto test = trainer.evaluate(model, test_batches);
   std::cerr << "test accuracy " << std::fixed << std::setprecision(2) << 100.0 * test.accuracy.value_or(0) << "%\n";
-  return {std::move(setup), seconds / static_cast<double>(fit.epochs.size()),
+  Row row{std::move(setup), seconds / static_cast<double>(fit.epochs.size()),
           static_cast<double>(peak_bytes) / (1 << 20), numel(params), numel(model->parameters()),
           test.accuracy.value_or(0), seconds > 0 ? waiting / seconds : 0.0};
+  if (!int8) return row;
+  // For inference: adapters merged (Trainer::finalize), then every Linear dynamically quantized.
+  trainer.finalize(model);
+  const auto merged = trainer.evaluate(model, test_batches);
+  ftopt::quant::DynamicInt8().convert(*model);
+  const auto quantized = trainer.evaluate(model, test_batches);
+  row.int8_accuracy = quantized.accuracy.value_or(0);
+  row.int8_speedup = merged.seconds / quantized.seconds;
+  std::cerr << "with quant::DynamicInt8: test accuracy " << 100.0 * row.int8_accuracy << "%, evaluation "
+            << std::setprecision(2) << row.int8_speedup << "x the float model's speed\n";
+  return row;
 }
 
 void print_table(const std::vector<Row>& rows) {
-  std::cout << "\n| setup | s / epoch | data wait | peak MiB | trainable params | test acc | speed-up |\n"
-            << "|---|---|---|---|---|---|---|\n";
+  std::cout << "\n| setup | s / epoch | data wait | peak MiB | trainable params | test acc | speed-up "
+               "| int8 test acc | int8 inference speed-up |\n"
+            << "|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
     std::cout << std::fixed << "| " << r.setup << " | " << std::setprecision(1) << r.epoch_seconds << " | "
               << 100.0 * r.data_wait << "% | " << r.peak_mib << " | " << r.trainable << " / " << r.total << " | "
               << std::setprecision(2) << 100.0 * r.test_accuracy << "% | "
-              << rows.front().epoch_seconds / r.epoch_seconds << "x |\n";
+              << rows.front().epoch_seconds / r.epoch_seconds << "x | " << 100.0 * r.int8_accuracy << "% | "
+              << r.int8_speedup << "x |\n";
 }
 
 /// Bf16Mixed pays where the hardware computes in bf16 (a CPU with avx512_bf16, a GPU);
@@ -281,7 +296,7 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
     auto pre_options = options;
     pre_options.epochs = std::max<std::int64_t>(1, args.pretrain_epochs);
     train("pretraining " + args.model + " on classes 0-4", ftopt::Trainer<>(pre_options), pretrained, pre_train,
-          pre_test, lr);
+          pre_test, lr, Loading::InMemory, false, /*int8=*/false);
     std::filesystem::create_directories(cache.parent_path());
     ftopt::weights::save(*pretrained, cache);
     std::cerr << "pretrained backbone saved to " << cache.string() << '\n';

@@ -1,0 +1,64 @@
+// Inference with quant::DynamicInt8 against float, side by side in one run: the main job's ViT
+// (d 64), a wider ViT (d 256, 6 layers) and an MLP (784-1024-1024-10), batch 256, one thread;
+// per-tensor and per-channel weights; and each model's size on disk (safetensors) in float
+// and after quant::save_int8.
+//
+//   build/benchmarks/bench_quant
+#include <filesystem>
+
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+
+#include "side_by_side.hpp"
+
+namespace {
+
+namespace q = ftopt::quant;
+
+ftopt::models::ViT vit(std::int64_t hidden, std::int64_t layers) {
+  torch::manual_seed(0);
+  return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = hidden, .layers = layers,
+                             .heads = 4, .intermediate = 2 * hidden, .num_labels = 10});
+}
+ftopt::models::Mlp mlp() {
+  torch::manual_seed(0);
+  return ftopt::models::Mlp({.in = 784, .hidden = {1024, 1024}, .out = 10});
+}
+
+template <class Make>
+void inference(benchmark::State& state, Make make) {
+  at::set_num_threads(1);
+  torch::NoGradGuard no_grad;
+  auto fp32 = make(), per_tensor = make(), per_channel = make();
+  fp32->eval(), per_tensor->eval(), per_channel->eval();
+  q::DynamicInt8({.granularity = q::Granularity::PerTensor}).convert(*per_tensor);
+  q::DynamicInt8({.granularity = q::Granularity::PerChannel}).convert(*per_channel);
+  const auto x = torch::randn({256, 1, 28, 28});
+  const auto reference = fp32->forward(x);
+  ftopt::bench::side_by_side(state, {{"fp32", [&] { fp32->forward(x); }},
+                                     {"int8_tensor", [&] { per_tensor->forward(x); }},
+                                     {"int8_channel", [&] { per_channel->forward(x); }}});
+  state.counters["int8_tensor_speedup"] = state.counters["fp32_us"] / state.counters["int8_tensor_us"];
+  state.counters["int8_channel_speedup"] = state.counters["fp32_us"] / state.counters["int8_channel_us"];
+  state.counters["int8_tensor_rel_err"] =
+      ((per_tensor->forward(x) - reference).norm() / reference.norm()).template item<double>();
+
+  const auto dir = std::filesystem::temp_directory_path() / ("ftopt-bench-quant-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  ftopt::weights::save(*fp32, dir / "float.safetensors");
+  q::save_int8(*per_channel, dir / "int8.safetensors");
+  state.counters["fp32_file_KiB"] = static_cast<double>(std::filesystem::file_size(dir / "float.safetensors")) / 1024;
+  state.counters["int8_file_KiB"] = static_cast<double>(std::filesystem::file_size(dir / "int8.safetensors")) / 1024;
+  std::filesystem::remove_all(dir);
+}
+
+} // namespace
+
+BENCHMARK_CAPTURE(inference, vit_d64_main_job, [] { return vit(64, 4); })->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(inference, vit_d256_6_layers, [] { return vit(256, 6); })->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(inference, mlp_784_1024_1024_10, mlp)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+BENCHMARK_MAIN();
