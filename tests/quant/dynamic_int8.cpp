@@ -153,3 +153,115 @@ TEST_CASE("save_int8 / load_int8: the same outputs from a file a quarter the siz
     CHECK(test::same_values(before, test::snapshot(*other)));
   }
 }
+
+// ---- Observers and StaticInt8 (torch/ao/quantization/observer.py, _calculate_qparams) ----
+
+TEST_CASE("Observers: ranges and affine quint8 parameters as PyTorch computes them", "[quant][observer]") {
+  const auto a = torch::tensor({-1.0, 0.5, 2.0}), b = torch::tensor({-3.0, 1.0});
+  SECTION("MinMax") {
+    quant::Observer o;
+    o.observe(a), o.observe(b);
+    CHECK(o.range("x") == std::pair{-3.0, 2.0});
+    // scale = (2 - -3) / 255, zero_point = 0 - round(-3 / scale) = round(153) = 153
+    const auto [scale, zp] = o.qparams(false, "x");
+    CHECK(scale == Approx(5.0 / 255));
+    CHECK(zp == 153);
+    const auto [scale7, zp7] = o.qparams(true, "x");
+    CHECK(scale7 == Approx(5.0 / 127));
+    CHECK(zp7 == 76);  // round(76.2)
+  }
+  SECTION("MovingAverageMinMax: min += 0.01 (batch min - min)") {
+    quant::Observer o({.kind = quant::ObserverKind::MovingAverageMinMax});
+    o.observe(a), o.observe(b);
+    CHECK(o.range("x").first == Approx(-1.0 + 0.01 * (-3.0 - -1.0)));
+    CHECK(o.range("x").second == Approx(2.0 + 0.01 * (1.0 - 2.0)));
+  }
+  SECTION("a range that excludes 0 is widened to include it") {
+    quant::Observer o;
+    o.observe(torch::tensor({1.0, 3.0}));
+    const auto [scale, zp] = o.qparams(false, "x");
+    CHECK(scale == Approx(3.0 / 255));
+    CHECK(zp == 0);
+  }
+  SECTION("Percentile ignores the outlier that MinMax follows") {
+    quant::Observer p({.kind = quant::ObserverKind::Percentile, .percentile = 99.0}), m;
+    auto x = torch::linspace(-1, 1, 1001);
+    x[500] = 100.0;
+    p.observe(x), m.observe(x);
+    CHECK(m.range("x").second == 100.0);
+    CHECK(p.range("x").second < 1.0);
+  }
+  SECTION("nothing observed is an error naming the tensor") {
+    quant::Observer o;
+    CHECK_THAT(test::message_of([&] { o.qparams(false, "layer 'fc' input"); }),
+               Contains("no calibration data reached layer 'fc' input"));
+  }
+}
+
+TEST_CASE("StaticInt8: calibrated, deterministic, close to float, and its errors", "[quant][static]") {
+  torch::manual_seed(8);
+  models::Mlp model({.in = 32, .hidden = {64}, .out = 10});
+  auto x = torch::randn({256, 32}), y = torch::randint(10, {256});
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> batches;
+  for (int i = 0; i < 4; ++i) batches.emplace_back(x.narrow(0, 64 * i, 64), y.narrow(0, 64 * i, 64));
+  model->eval();
+  const auto expected = model->forward(x).detach();
+
+  quant::StaticInt8 policy;
+  policy.calibrate(model, batches);
+  CHECK(policy.calibration_batches() == 4);
+  quant::StaticInt8 again;
+  again.calibrate(model, batches);
+  CHECK(policy.observers("layers.0").first.range("a") == again.observers("layers.0").first.range("b"));
+  CHECK(policy.observers("layers.0").first.range("x") == std::pair{x.min().item<double>(), x.max().item<double>()});
+
+  policy.convert(*model);
+  CHECK(policy.quantized() == std::vector<std::string>{"layers.0", "layers.2"});
+  const auto got = model->forward(x);
+  CHECK(relative_error(got, expected) < 0.03);
+
+  SECTION("what the kernel computes: quantize, int8 product requantized, dequantize") {
+    auto modules = model->named_modules("", false);
+    auto* first = modules["layers.0"]->as<ftopt::nn::LinearImpl>();
+    auto kernel = std::dynamic_pointer_cast<quant::StaticInt8Linear>(first->extension());
+    REQUIRE(kernel);
+    const auto [in, out] = std::pair{kernel->input(), kernel->output()};
+    const auto xq = torch::quantize_per_tensor(x, in.scale, in.zero_point, torch::kQUInt8).dequantize();
+    const auto exact = torch::nn::functional::linear(xq, kernel->qweight().dequantize(), first->bias);
+    const auto requantized = torch::quantize_per_tensor(exact, out.scale, out.zero_point, torch::kQUInt8).dequantize();
+    // One output step (scale) of difference at most: the kernel rounds its int32 accumulator once.
+    CHECK((first->forward(x) - requantized).abs().max().item<double>() <= out.scale * 1.001);
+  }
+  SECTION("per-layer errors: small, in module order, the model left as it was") {
+    const auto errors = quant::layer_errors(model, batches);
+    REQUIRE(errors.size() == 2);
+    CHECK(errors[0].layer == "layers.0");
+    for (const auto& e : errors) CHECK((e.relative_error > 0 && e.relative_error < 0.03));
+    CHECK(torch::equal(model->forward(x), got));
+  }
+  SECTION("errors: no calibration, an empty calibration set") {
+    models::Mlp other({.in = 32, .hidden = {64}, .out = 10});
+    CHECK_THAT(test::message_of([&] { quant::StaticInt8().convert(*other); }), Contains("not calibrated; call calibrate"));
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> none;
+    CHECK_THAT(test::message_of([&] { quant::StaticInt8().calibrate(other, none); }),
+               Contains("the calibration set is empty"));
+    CHECK(other->named_modules("", false)["layers.0"]->as<ftopt::nn::LinearImpl>()->extension() == nullptr);
+  }
+}
+
+TEST_CASE("StaticInt8 after LoRA: calibrate through the adapters, finalize merges then converts", "[quant][static]") {
+  auto model = test::small_mlp(9);
+  auto x = torch::randn({64, 6}), y = torch::randint(3, {64});
+  Trainer<precision::Fp32, peft::Lora, memory::None, parallel::Single, quant::StaticInt8> trainer(
+      test::quiet(), {}, peft::Lora({.r = 2, .alpha = 4, .targets = {"0"}}));
+  auto& params = trainer.prepare(model);
+  torch::optim::SGD optimizer(params, 0.5);
+  for (int i = 0; i < 3; ++i) trainer.train_step(model, optimizer, std::pair{x, y});
+  model->eval();
+  const auto trained = model->forward(x).detach();
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> calibration{{x, y}};
+  trainer.quant().calibrate(model, calibration);
+  CHECK(torch::equal(model->forward(x), trained));  // calibration left the LoRA model as it was
+  trainer.finalize(model);
+  CHECK(relative_error(model->forward(x), trained) < 0.05);
+}

@@ -5,6 +5,7 @@
 ///   at::QEngine e = quant::select_engine(quant::Engine::Auto);   // and makes it current
 ///   auto packed = quant::prepack_linear(qweight, bias);          // quantized::linear_prepack
 ///   auto y = quant::linear_dynamic(x, packed, quant::reduce_range(e));
+///   auto yq = quant::linear_static(xq, packed, out_scale, out_zero_point);   // quantized::linear
 
 #include <string>
 #include <vector>
@@ -100,6 +101,16 @@ inline at::Tensor linear_dynamic(const at::Tensor& input, const PackedLinear& pa
                        .findSchemaOrThrow("quantized::linear_dynamic", "")
                        .typed<at::Tensor(at::Tensor, const PackedLinear&, bool)>();
   return op.call(input, packed, reduce);
+}
+
+/// quantized::linear: quint8 input (per tensor) and the packed qint8 weight, quint8 output with
+/// the given scale and zero point.
+inline at::Tensor linear_static(const at::Tensor& qinput, const PackedLinear& packed, double scale,
+                                std::int64_t zero_point) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("quantized::linear", "")
+                       .typed<at::Tensor(at::Tensor, const PackedLinear&, double, std::int64_t)>();
+  return op.call(qinput, packed, scale, zero_point);
 }
 
 } // namespace ftopt::quant

@@ -1,0 +1,86 @@
+#pragma once
+/// quant::layer_errors: how much each int8 layer of a converted model changes its own output,
+/// measured on data: the relative L2 error ||y_int8 - y_float|| / ||y_float|| of each layer,
+/// where both see the same input (the input the quantized model feeds it, so errors upstream
+/// are not counted twice). Sort it to find the layers to keep in float (`keep_float`).
+///
+///   auto errors = quant::layer_errors(model, calibration_batches, 8);
+///   for (auto& e : errors) std::cout << e.layer << " " << e.relative_error << "\n";
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include <ftopt/batch.hpp>
+#include <ftopt/quant/dynamic_int8.hpp>
+#include <ftopt/quant/static_int8.hpp>
+
+namespace ftopt::quant {
+
+struct LayerError {
+  std::string layer;
+  double relative_error = 0;  ///< ||y_int8 - y_float|| / ||y_float|| over the batches
+};
+
+namespace detail {
+
+/// Wraps an int8 kernel: returns its output and accumulates its distance to the float one.
+class Measuring : public nn::Extension<nn::LinearImpl> {
+public:
+  explicit Measuring(std::shared_ptr<nn::Extension<nn::LinearImpl>> kernel) : kernel(std::move(kernel)) {}
+  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
+    at::Tensor y = kernel->forward(layer, x);
+    const at::Tensor reference = layer.base_forward(x.to(layer.weight.scalar_type()));
+    error += (y.to(at::kDouble) - reference.to(at::kDouble)).pow(2).sum().item<double>();
+    norm += reference.to(at::kDouble).pow(2).sum().item<double>();
+    return y;
+  }
+  std::shared_ptr<nn::Extension<nn::LinearImpl>> kernel;
+  double error = 0, norm = 0;
+};
+
+} // namespace detail
+
+/// Each int8 layer's relative output error over up to `max_batches` batches (0: all), in module
+/// order. The model must be converted (DynamicInt8 or StaticInt8); it is left as it was.
+template <class M, BatchRange R>
+std::vector<LayerError> layer_errors(M& model, R&& batches, std::int64_t max_batches = 0) {
+  torch::nn::Module& module = *model;
+  std::vector<std::pair<std::string, std::pair<nn::LinearImpl*, std::shared_ptr<detail::Measuring>>>> measured;
+  for (const auto& item : module.named_modules("", true)) {
+    auto* linear = item.value()->as<nn::LinearImpl>();
+    if (!linear || !linear->extension()) continue;
+    const auto& e = linear->extension();
+    if (!std::dynamic_pointer_cast<DynamicInt8Linear>(e) && !std::dynamic_pointer_cast<StaticInt8Linear>(e)) continue;
+    auto m = std::make_shared<detail::Measuring>(e);
+    linear->attach(m);
+    measured.push_back({item.key(), {linear, m}});
+  }
+  ftopt::detail::check(!measured.empty(), "quant::layer_errors: the model has no int8 layer (convert it first)");
+  const auto params = module.parameters();
+  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+  const bool was_training = module.is_training();
+  module.eval();
+  std::int64_t seen = 0;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto&& batch : batches) {
+      if (max_batches > 0 && seen == max_batches) break;
+      model->forward(input_of(batch).to(device));
+      ++seen;
+    }
+  }
+  module.train(was_training);
+  std::vector<LayerError> out;
+  for (auto& [name, pair] : measured) {
+    pair.first->attach(pair.second->kernel);
+    out.push_back({name, pair.second->norm > 0 ? std::sqrt(pair.second->error / pair.second->norm) : 0.0});
+  }
+  ftopt::detail::check(seen > 0, "quant::layer_errors: no batches");
+  return out;
+}
+
+} // namespace ftopt::quant

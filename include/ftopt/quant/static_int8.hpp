@@ -1,0 +1,191 @@
+#pragma once
+/// quant::StaticInt8: post-training static quantization of every nn::Linear (but those kept in
+/// float), calibrated on data, as torch.ao.quantization's prepare / calibrate / convert:
+/// observers learn each layer's input and output ranges, then the layer runs quint8 inputs
+/// and outputs with fixed scales and qint8 weights (quantized::linear), quantizing its input
+/// and dequantizing its output at the float boundaries around it.
+///
+///   ftopt::Trainer<..., ftopt::quant::StaticInt8> trainer(options, {}, lora, {}, {},
+///       ftopt::quant::StaticInt8({.activations = {.kind = quant::ObserverKind::Percentile}}));
+///   ...fit...
+///   trainer.quant().calibrate(model, calibration_batches, /*max_batches=*/32);
+///   trainer.finalize(model);   // adapters merged, then converted with the calibrated ranges
+///
+/// Defaults as torch.ao.quantization.default_per_channel_qconfig: MinMax observers for the
+/// activations (affine quint8), per-channel symmetric qint8 weights.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include <ftopt/batch.hpp>
+#include <ftopt/quant/dynamic_int8.hpp>
+#include <ftopt/quant/observer.hpp>
+
+namespace ftopt::quant {
+
+struct StaticInt8Options {
+  Granularity granularity = Granularity::PerChannel;
+  Engine engine = Engine::Auto;
+  ObserverOptions activations;  ///< the input and output observers of each layer
+  nn::NamePatterns keep_float;
+
+  void validate() const { activations.validate(); }
+};
+
+/// The calibrated int8 kernel attached to one nn::Linear.
+class StaticInt8Linear : public nn::Extension<nn::LinearImpl> {
+public:
+  struct QParams {
+    double scale = 1;
+    std::int64_t zero_point = 0;
+  };
+
+  StaticInt8Linear(at::Tensor qweight, c10::optional<at::Tensor> bias, QParams input, QParams output)
+      : qweight_(std::move(qweight)), input_(input), output_(output), packed_(prepack_linear(qweight_, bias)) {}
+
+  at::Tensor forward(nn::LinearImpl&, const at::Tensor& x) override {
+    const at::Tensor xq = at::quantize_per_tensor(x.to(at::kFloat).contiguous(), input_.scale, input_.zero_point, at::kQUInt8);
+    return linear_static(xq, packed_, output_.scale, output_.zero_point).dequantize();
+  }
+
+  const at::Tensor& qweight() const { return qweight_; }
+  QParams input() const { return input_; }
+  QParams output() const { return output_; }
+
+private:
+  at::Tensor qweight_;
+  QParams input_, output_;
+  PackedLinear packed_;
+};
+
+namespace detail {
+
+/// Calibration: runs the layer as it was (its extension or its own forward) and observes the
+/// input and the output.
+class Observing : public nn::Extension<nn::LinearImpl> {
+public:
+  Observing(std::shared_ptr<nn::Extension<nn::LinearImpl>> inner, const ObserverOptions& options)
+      : inner(std::move(inner)), input(options), output(options) {}
+
+  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
+    at::Tensor y = inner ? inner->forward(layer, x) : layer.base_forward(x);
+    input.observe(x);
+    output.observe(y);
+    return y;
+  }
+  bool changes_forward() const override { return inner && inner->changes_forward(); }
+
+  std::shared_ptr<nn::Extension<nn::LinearImpl>> inner;
+  Observer input, output;
+};
+
+} // namespace detail
+
+class StaticInt8 {
+public:
+  using axis = ftopt::axis::Quant;
+
+  StaticInt8() = default;
+  explicit StaticInt8(StaticInt8Options options) : options_(std::move(options)) {}
+
+  void validate() const { options_.validate(); }
+  const StaticInt8Options& options() const { return options_; }
+
+  void prepare(torch::nn::Module&) {}
+
+  /// Runs up to `max_batches` (0: all) batches through the model in eval mode without
+  /// gradients, observing every quantizable Linear's input and output. Calibrating again
+  /// starts over. The same batches give the same ranges (no randomness is involved).
+  template <class M, BatchRange R>
+  void calibrate(M& model, R&& batches, std::int64_t max_batches = 0) {
+    torch::nn::Module& module = *model;
+    const auto params = module.parameters();
+    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+    std::vector<std::pair<nn::LinearImpl*, std::shared_ptr<detail::Observing>>> observing;
+    for (auto& [name, linear] : detail::quantizable_linears(module, options_.keep_float)) {
+      auto o = std::make_shared<detail::Observing>(linear->extension(), options_.activations);
+      observing.emplace_back(linear, o);
+      linear->attach(o);
+    }
+    const bool was_training = module.is_training();
+    module.eval();
+    std::int64_t seen = 0;
+    try {
+      torch::NoGradGuard no_grad;
+      for (auto&& batch : batches) {
+        if (max_batches > 0 && seen == max_batches) break;
+        model->forward(input_of(batch).to(device));
+        ++seen;
+      }
+    } catch (...) {
+      restore(observing, module, was_training);
+      throw;
+    }
+    restore(observing, module, was_training);
+    ftopt::detail::check(seen > 0, "quant::StaticInt8::calibrate: the calibration set is empty");
+    ranges_.clear();
+    auto names = detail::quantizable_linears(module, options_.keep_float);
+    for (std::size_t i = 0; i < observing.size(); ++i)
+      ranges_.emplace(names[i].first, std::pair{observing[i].second->input, observing[i].second->output});
+    batches_ = seen;
+  }
+
+  /// Attaches a calibrated int8 kernel to each quantizable Linear (replacing a merged LoRA
+  /// branch). Needs calibrate() first; a layer no calibration batch reached is an error.
+  void convert(torch::nn::Module& module) {
+    ftopt::detail::check(!ranges_.empty(), "quant::StaticInt8::convert: not calibrated; call "
+                                           "calibrate(model, batches) before convert (or Trainer::finalize)");
+    const at::QEngine engine = select_engine(options_.engine);
+    const bool reduce = reduce_range(engine);
+    torch::NoGradGuard no_grad;
+    quantized_.clear();
+    for (auto& [name, linear] : detail::quantizable_linears(module, options_.keep_float)) {
+      ftopt::detail::check(!linear->extension() || !linear->extension()->changes_forward(), "quant::StaticInt8: layer '",
+                           name, "' carries another extension (an unmerged adapter?); merge it before converting");
+      auto found = ranges_.find(name);
+      ftopt::detail::check(found != ranges_.end(), "quant::StaticInt8: layer '", name,
+                           "' was not calibrated (was the model changed after calibrate?)");
+      const std::string what = "layer '" + name + "'";
+      const auto [in_scale, in_zp] = found->second.first.qparams(reduce, what + " input");
+      const auto [out_scale, out_zp] = found->second.second.qparams(reduce, what + " output");
+      linear->attach(std::make_shared<StaticInt8Linear>(quantize_weight(linear->weight, options_.granularity),
+                                                        detail::float_bias(*linear),
+                                                        StaticInt8Linear::QParams{in_scale, in_zp},
+                                                        StaticInt8Linear::QParams{out_scale, out_zp}));
+      quantized_.push_back(name);
+    }
+  }
+
+  const std::vector<std::string>& quantized() const { return quantized_; }
+  /// Calibration batches seen by the last calibrate().
+  std::int64_t calibration_batches() const { return batches_; }
+  /// The observers of a layer after calibrate(): (input, output).
+  const std::pair<Observer, Observer>& observers(const std::string& layer) const {
+    auto found = ranges_.find(layer);
+    ftopt::detail::check(found != ranges_.end(), "quant::StaticInt8: no observers for layer '", layer, "'");
+    return found->second;
+  }
+
+private:
+  static void restore(std::vector<std::pair<nn::LinearImpl*, std::shared_ptr<detail::Observing>>>& observing,
+                      torch::nn::Module& module, bool was_training) {
+    for (auto& [linear, o] : observing) {
+      if (o->inner) linear->attach(o->inner);
+      else linear->detach();
+    }
+    module.train(was_training);
+  }
+
+  StaticInt8Options options_;
+  std::map<std::string, std::pair<Observer, Observer>> ranges_;
+  std::vector<std::string> quantized_;
+  std::int64_t batches_ = 0;
+};
+
+static_assert(Policy<StaticInt8>);
+
+} // namespace ftopt::quant
