@@ -12,6 +12,9 @@
 
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/quant/dynamic_int8.hpp>
+#include <ftopt/quant/qat.hpp>
+#include <ftopt/quant/report.hpp>
+#include <ftopt/quant/static_int8.hpp>
 #include <ftopt/trainer.hpp>
 
 #include "../support.hpp"
@@ -264,4 +267,91 @@ TEST_CASE("StaticInt8 after LoRA: calibrate through the adapters, finalize merge
   CHECK(torch::equal(model->forward(x), trained));  // calibration left the LoRA model as it was
   trainer.finalize(model);
   CHECK(relative_error(model->forward(x), trained) < 0.05);
+}
+
+// ---- Qat: fake quantization with straight-through gradients (ATen's fake_quantize_*: the
+// gradient is the incoming one where round(x / scale) + zero_point lies in [quant_min,
+// quant_max], zero elsewhere), then conversion to the static int8 model ----
+
+TEST_CASE("Qat: straight-through gradients, frozen observers, converted outputs match", "[quant][qat]") {
+  torch::manual_seed(10);
+  ftopt::nn::Linear linear(8, 4);
+  quant::Qat qat({.granularity = quant::Granularity::PerChannel, .freeze_observers_after = 2});
+  qat.prepare(*linear);
+  auto fake = qat.layers().front().second;
+  linear->train();
+  for (int i = 0; i < 3; ++i) linear->forward(torch::rand({16, 8}) * 2 - 1);  // inputs in [-1, 1)
+  CHECK(fake->input().batches() == 2);  // frozen after 2
+  CHECK(fake->frozen());
+
+  SECTION("gradients: the straight-through formula") {
+    auto x = (torch::rand({5, 8}) * 2 - 1).requires_grad_();
+    {
+      torch::NoGradGuard no_grad;
+      x.index_put_({0, 0}, 3.0);   // far outside the input range the observers froze
+      x.index_put_({1, 3}, -2.5);
+    }
+    const auto r = torch::randn({5, 4});
+    linear->weight.mutable_grad() = torch::Tensor();
+    (linear->forward(x) * r).sum().backward();
+    const bool reduce = quant::reduce_range(at::globalContext().qEngine());
+    const double qmax = reduce ? 127 : 255;
+    auto in_mask = [&](const torch::Tensor& t, const quant::Observer& o) {
+      const auto [s, z] = o.qparams(reduce, "t");
+      const auto q = torch::round(t / s) + static_cast<double>(z);
+      return ((q >= 0) & (q <= qmax)).to(torch::kFloat);
+    };
+    const auto xd = x.detach();
+    const auto [si, zi] = fake->input().qparams(reduce, "in");
+    const auto x_fq = torch::fake_quantize_per_tensor_affine(xd, si, zi, 0, static_cast<std::int64_t>(qmax));
+    const auto w_fq = fake->fake_quantize_weight(linear->weight.detach());
+    const auto y = torch::nn::functional::linear(x_fq, w_fq, linear->bias.detach());
+    const auto g = r * in_mask(y, fake->output());
+    const auto dx = g.matmul(w_fq) * in_mask(xd, fake->input());
+    // The weight's own mask: with scale amax / 127.5 a channel's largest positive weight rounds
+    // to 128, past quant_max 127, and gets no gradient (as in PyTorch).
+    const auto w = linear->weight.detach();
+    const auto w_scale = std::get<0>(w.abs().max(1)) / 127.5;
+    const auto w_q = torch::round(w / w_scale.unsqueeze(1));
+    const auto dw = g.t().matmul(x_fq) * ((w_q >= -128) & (w_q <= 127)).to(torch::kFloat);
+    CHECK(((w_q > 127).sum().item<std::int64_t>() > 0));
+    CHECK(x.grad()[0][0].item<double>() == 0.0);
+    CHECK(x.grad()[1][3].item<double>() == 0.0);
+    CHECK(torch::allclose(x.grad(), dx, 1e-5, 1e-6));
+    CHECK(torch::allclose(linear->weight.grad(), dw, 1e-5, 1e-6));
+    CHECK(torch::allclose(linear->bias.grad(), g.sum(0), 1e-5, 1e-6));
+  }
+  SECTION("convert: the int8 model gives the fake-quantized outputs, to one output step") {
+    linear->eval();
+    const auto x = torch::rand({32, 8}) * 2 - 1;
+    const auto fake_quantized = linear->forward(x).detach();
+    qat.convert(*linear);
+    auto kernel = std::dynamic_pointer_cast<quant::StaticInt8Linear>(linear->extension());
+    REQUIRE(kernel);
+    CHECK((linear->forward(x) - fake_quantized).abs().max().item<double>() <= kernel->output().scale * 1.001);
+  }
+}
+
+TEST_CASE("Qat in the Trainer: trains, converts; a LoRA layer is refused", "[quant][qat]") {
+  auto model = test::small_mlp(11);
+  auto x = torch::randn({64, 6}), y = torch::randint(3, {64});
+  SECTION("training lowers the loss; finalize gives the int8 model") {
+    Trainer<precision::Fp32, peft::Full, memory::None, parallel::Single, quant::Qat> trainer(test::quiet());
+    auto& params = trainer.prepare(model);
+    torch::optim::Adam optimizer(params, 1e-2);
+    const double first = trainer.train_step(model, optimizer, std::pair{x, y}).loss.item<double>();
+    double last = first;
+    for (int i = 0; i < 30; ++i) last = trainer.train_step(model, optimizer, std::pair{x, y}).loss.item<double>();
+    CHECK(last < 0.8 * first);
+    model->eval();
+    const auto fake_quantized = model->forward(x).detach();
+    trainer.finalize(model);
+    CHECK(relative_error(model->forward(x), fake_quantized) < 0.03);
+  }
+  SECTION("LoRA") {
+    Trainer<precision::Fp32, peft::Lora, memory::None, parallel::Single, quant::Qat> trainer(
+        test::quiet(), {}, peft::Lora({.r = 2, .alpha = 4, .targets = {"0"}}));
+    CHECK_THAT(test::message_of([&] { trainer.prepare(model); }),
+               Contains("quant::Qat: layer 'layers.0' carries another extension (a LoRA branch?)"));
+  }
 }

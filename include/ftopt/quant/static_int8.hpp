@@ -44,12 +44,19 @@ public:
     std::int64_t zero_point = 0;
   };
 
-  StaticInt8Linear(at::Tensor qweight, c10::optional<at::Tensor> bias, QParams input, QParams output)
-      : qweight_(std::move(qweight)), input_(input), output_(output), packed_(prepack_linear(qweight_, bias)) {}
+  /// `quant_max`: the top of the activations' integer range, 127 with reduce_range, else 255.
+  StaticInt8Linear(at::Tensor qweight, c10::optional<at::Tensor> bias, QParams input, QParams output,
+                   std::int64_t quant_max = 255)
+      : qweight_(std::move(qweight)), input_(input), output_(output), quant_max_(quant_max),
+        packed_(prepack_linear(qweight_, bias)) {}
 
+  /// Input and output are held to the calibrated integer range [0, quant_max], as fake
+  /// quantization (QAT) holds them: a quint8 tensor itself would run to 255, which with
+  /// reduce_range is past the range the kernel is safe from 16-bit saturation in.
   at::Tensor forward(nn::LinearImpl&, const at::Tensor& x) override {
-    const at::Tensor xq = at::quantize_per_tensor(x.to(at::kFloat).contiguous(), input_.scale, input_.zero_point, at::kQUInt8);
-    return linear_static(xq, packed_, output_.scale, output_.zero_point).dequantize();
+    const at::Tensor clamped = x.to(at::kFloat).clamp(low(input_), high(input_)).contiguous();
+    const at::Tensor xq = at::quantize_per_tensor(clamped, input_.scale, input_.zero_point, at::kQUInt8);
+    return linear_static(xq, packed_, output_.scale, output_.zero_point).dequantize().clamp_(low(output_), high(output_));
   }
 
   const at::Tensor& qweight() const { return qweight_; }
@@ -57,8 +64,12 @@ public:
   QParams output() const { return output_; }
 
 private:
+  static double low(QParams q) { return -static_cast<double>(q.zero_point) * q.scale; }
+  double high(QParams q) const { return static_cast<double>(quant_max_ - q.zero_point) * q.scale; }
+
   at::Tensor qweight_;
   QParams input_, output_;
+  std::int64_t quant_max_;
   PackedLinear packed_;
 };
 
@@ -155,7 +166,7 @@ public:
       linear->attach(std::make_shared<StaticInt8Linear>(quantize_weight(linear->weight, options_.granularity),
                                                         detail::float_bias(*linear),
                                                         StaticInt8Linear::QParams{in_scale, in_zp},
-                                                        StaticInt8Linear::QParams{out_scale, out_zp}));
+                                                        StaticInt8Linear::QParams{out_scale, out_zp}, reduce ? 127 : 255));
       quantized_.push_back(name);
     }
   }

@@ -1,0 +1,164 @@
+#pragma once
+/// quant::Qat: quantization-aware training, as torch.ao.quantization's prepare_qat / convert.
+/// While training, every quantizable nn::Linear runs fake-quantized: its input and output
+/// through ATen's fake_quantize_per_tensor_affine (quint8, ranges from moving-average
+/// observers), its weight through fake_quantize_per_channel_affine (or per tensor; symmetric
+/// qint8 from the current weight). Gradients pass straight through inside the clamp range and
+/// are zero outside it. After `freeze_observers_after` training micro-batches (or freeze())
+/// the ranges stop moving; convert() then builds the static int8 model (StaticInt8Linear)
+/// from exactly those ranges and the same weight quantization.
+///
+///   ftopt::Trainer<ftopt::precision::Fp32, ftopt::peft::Full, ftopt::memory::None,
+///                  ftopt::parallel::Single, ftopt::quant::Qat> trainer(options, {}, {}, {}, {},
+///       ftopt::quant::Qat({.freeze_observers_after = 500}));
+///   ...fit...
+///   trainer.finalize(model);   // the int8 model
+///
+/// Fake quantization is computed in float32 (autocast is off inside these layers); fp16
+/// autocast with Qat does not compile (rules.hpp). A Linear that already carries an extension
+/// (a LoRA branch) cannot be fake-quantized: keep it in float (keep_float) or train it fully.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/nn/module.h>
+
+#include <ftopt/quant/dynamic_int8.hpp>
+#include <ftopt/quant/observer.hpp>
+#include <ftopt/quant/static_int8.hpp>
+
+namespace ftopt::quant {
+
+struct QatOptions {
+  Granularity granularity = Granularity::PerChannel;
+  Engine engine = Engine::Auto;
+  /// PyTorch's default_qat_qconfig observes activations with a moving-average MinMax observer.
+  ObserverOptions activations{.kind = ObserverKind::MovingAverageMinMax};
+  /// Training micro-batches after which the observers stop (PyTorch's disable_observer);
+  /// 0: never (freeze() stops them by hand).
+  std::int64_t freeze_observers_after = 0;
+  nn::NamePatterns keep_float;
+
+  void validate() const {
+    activations.validate();
+    ftopt::detail::check(freeze_observers_after >= 0, "quant::QatOptions: freeze_observers_after must be >= 0, got ",
+                         freeze_observers_after);
+  }
+};
+
+/// The fake-quantized forward of one nn::Linear during training.
+class FakeQuantLinear : public nn::Extension<nn::LinearImpl> {
+public:
+  FakeQuantLinear(const QatOptions& options, bool reduce_range)
+      : granularity_(options.granularity), freeze_after_(options.freeze_observers_after), reduce_(reduce_range),
+        input_(options.activations), output_(options.activations) {}
+
+  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const at::Tensor input = x.to(at::kFloat);
+    const bool observing = layer.is_training() && !frozen();
+    if (observing) input_.observe(input);
+    const at::Tensor y = at::linear(fake_quantize(input, input_), fake_quantize_weight(layer.weight), layer.bias);
+    if (observing) {
+      output_.observe(y);
+      ++batches_;
+    }
+    return fake_quantize(y, output_);
+  }
+
+  bool frozen() const { return frozen_ || (freeze_after_ > 0 && batches_ >= freeze_after_); }
+  void freeze() { frozen_ = true; }
+  const Observer& input() const { return input_; }
+  const Observer& output() const { return output_; }
+
+  /// The weight fake-quantized as quantize_weight() quantizes it for the int8 model.
+  at::Tensor fake_quantize_weight(const at::Tensor& weight) const {
+    const at::Tensor w = weight.to(at::kFloat);
+    const double eps = std::numeric_limits<float>::epsilon();
+    if (granularity_ == Granularity::PerTensor) {
+      const double amax = w.detach().abs().max().item<double>();
+      return at::fake_quantize_per_tensor_affine(w, std::max(amax / 127.5, eps), 0, -128, 127);
+    }
+    const at::Tensor amax = std::get<0>(w.detach().flatten(1).abs().max(1));
+    const at::Tensor scales = (amax / 127.5).clamp_min(eps);
+    return at::fake_quantize_per_channel_affine(w, scales, at::zeros({w.size(0)}, at::kInt), 0, -128, 127);
+  }
+
+private:
+  at::Tensor fake_quantize(const at::Tensor& t, const Observer& observer) const {
+    if (observer.batches() == 0) return t;  // evaluated before any training step: nothing to go by
+    const auto [scale, zero_point] = observer.qparams(reduce_, "fake-quant");
+    return at::fake_quantize_per_tensor_affine(t, scale, zero_point, 0, reduce_ ? 127 : 255);
+  }
+
+  Granularity granularity_;
+  std::int64_t freeze_after_;
+  bool reduce_;
+  Observer input_, output_;
+  std::int64_t batches_ = 0;
+  bool frozen_ = false;
+};
+
+class Qat {
+public:
+  using axis = ftopt::axis::Quant;
+  static constexpr bool fake_quant_training = true;
+
+  Qat() = default;
+  explicit Qat(QatOptions options) : options_(std::move(options)) {}
+
+  void validate() const { options_.validate(); }
+  const QatOptions& options() const { return options_; }
+
+  /// Fake-quantizes every quantizable Linear (Trainer::prepare calls this before training).
+  void prepare(torch::nn::Module& module) {
+    const bool reduce = reduce_range(select_engine(options_.engine));
+    layers_.clear();
+    for (auto& [name, linear] : detail::quantizable_linears(module, options_.keep_float)) {
+      ftopt::detail::check(!linear->extension(), "quant::Qat: layer '", name,
+                           "' carries another extension (a LoRA branch?); QAT fake-quantizes the layer's own "
+                           "weight: keep it in float (keep_float) or train it fully");
+      auto fake = std::make_shared<FakeQuantLinear>(options_, reduce);
+      linear->attach(fake);
+      layers_.emplace_back(name, fake);
+    }
+    ftopt::detail::check(!layers_.empty(), "quant::Qat: the model has no nn::Linear to fake-quantize");
+  }
+
+  /// Stops every observer now (PyTorch: model.apply(torch.ao.quantization.disable_observer)).
+  void freeze() {
+    for (auto& [name, fake] : layers_) fake->freeze();
+  }
+
+  /// Replaces the fake-quantized layers with static int8 kernels using the trained ranges.
+  void convert(torch::nn::Module& module) {
+    ftopt::detail::check(!layers_.empty(), "quant::Qat::convert: prepare (Trainer::prepare) was not called");
+    const at::QEngine engine = select_engine(options_.engine);
+    const bool reduce = reduce_range(engine);
+    auto modules = module.named_modules("", true);
+    torch::NoGradGuard no_grad;
+    for (auto& [name, fake] : layers_) {
+      auto* linear = modules[name]->as<nn::LinearImpl>();
+      const std::string what = "layer '" + name + "'";
+      const auto [in_scale, in_zp] = fake->input().qparams(reduce, what + " input (no training step reached it)");
+      const auto [out_scale, out_zp] = fake->output().qparams(reduce, what + " output (no training step reached it)");
+      linear->attach(std::make_shared<StaticInt8Linear>(quantize_weight(linear->weight, options_.granularity),
+                                                        detail::float_bias(*linear),
+                                                        StaticInt8Linear::QParams{in_scale, in_zp},
+                                                        StaticInt8Linear::QParams{out_scale, out_zp}, reduce ? 127 : 255));
+    }
+  }
+
+  /// The fake-quantized layers, by name, in module order.
+  const std::vector<std::pair<std::string, std::shared_ptr<FakeQuantLinear>>>& layers() const { return layers_; }
+
+private:
+  QatOptions options_;
+  std::vector<std::pair<std::string, std::shared_ptr<FakeQuantLinear>>> layers_;
+};
+
+static_assert(Policy<Qat>);
+
+} // namespace ftopt::quant
