@@ -19,6 +19,7 @@
 #include <ftopt/peft/full.hpp>
 #include <ftopt/precision/fp32.hpp>
 #include <ftopt/quant/dynamic_int8.hpp>
+#include <ftopt/quant/files.hpp>
 #include <ftopt/quant/none.hpp>
 #include <ftopt/quant/qat.hpp>
 #include <ftopt/quant/report.hpp>

@@ -12,6 +12,7 @@
 
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/quant/dynamic_int8.hpp>
+#include <ftopt/quant/files.hpp>
 #include <ftopt/quant/qat.hpp>
 #include <ftopt/quant/report.hpp>
 #include <ftopt/quant/static_int8.hpp>
@@ -354,4 +355,24 @@ TEST_CASE("Qat in the Trainer: trains, converts; a LoRA layer is refused", "[qua
     CHECK_THAT(test::message_of([&] { trainer.prepare(model); }),
                Contains("quant::Qat: layer 'layers.0' carries another extension (a LoRA branch?)"));
   }
+}
+
+TEST_CASE("save_int8 / load_int8 keep a static model's activation parameters", "[quant][static][files]") {
+  ScratchDir dir("int8-static");
+  torch::manual_seed(12);
+  models::Mlp model({.in = 32, .hidden = {64}, .out = 10});
+  model->eval();
+  auto x = torch::randn({64, 32});
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> calibration{{x, torch::zeros({64}, torch::kLong)}};
+  quant::StaticInt8 policy;
+  policy.calibrate(model, calibration);
+  policy.convert(*model);
+  const auto converted = model->forward(x).detach();
+  quant::save_int8(*model, dir.path / "static.safetensors");
+  models::Mlp fresh({.in = 32, .hidden = {64}, .out = 10});
+  fresh->eval();
+  quant::load_int8(*fresh, dir.path / "static.safetensors");
+  auto modules = fresh->named_modules("", false);
+  CHECK(std::dynamic_pointer_cast<quant::StaticInt8Linear>(modules["layers.0"]->as<ftopt::nn::LinearImpl>()->extension()));
+  CHECK(torch::equal(fresh->forward(x), converted));
 }

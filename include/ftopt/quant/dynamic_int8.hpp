@@ -10,7 +10,7 @@
 ///       ftopt::quant::DynamicInt8({.keep_float = {"classifier"}}));
 ///   ...fit...
 ///   trainer.finalize(model);          // LoRA merged, then the Linears quantized
-///   quant::save_int8(*model, "model.safetensors");
+///   quant::save_int8(*model, "model.safetensors");   // quant/files.hpp
 ///
 /// Training is untouched (prepare does nothing); convert quantizes. Weights keep their float
 /// values in the module (so the state dict and a later re-conversion still work); the int8
@@ -30,8 +30,6 @@
 #include <ftopt/nn/names.hpp>
 #include <ftopt/quant/concept.hpp>
 #include <ftopt/quant/engine.hpp>
-#include <ftopt/weights/files.hpp>
-#include <ftopt/weights/state_dict.hpp>
 
 namespace ftopt::quant {
 
@@ -159,76 +157,5 @@ private:
 };
 
 static_assert(Policy<DynamicInt8>);
-
-/// Saves a converted model: each int8 Linear as "<name>.weight" (int8 values),
-/// "<name>.weight_scale" (float64, one per tensor or per row) and its float bias; everything
-/// else as in the float state dict. The format follows the file's extension (.safetensors or
-/// a torch.save zip), written atomically like every ftopt file.
-inline void save_int8(const torch::nn::Module& module, const std::filesystem::path& path) {
-  weights::StateDict state = weights::state_dict(module);
-  auto& mutable_module = const_cast<torch::nn::Module&>(module);
-  for (const auto& item : mutable_module.named_modules("", false)) {
-    auto* linear = item.value()->as<nn::LinearImpl>();
-    if (linear == nullptr) continue;
-    auto int8 = std::dynamic_pointer_cast<DynamicInt8Linear>(linear->extension());
-    if (!int8) continue;
-    const at::Tensor& q = int8->qweight();
-    state[item.key() + ".weight"] = q.int_repr();
-    state.insert(item.key() + ".weight_scale",
-                 q.qscheme() == at::kPerTensorAffine ? at::full({1}, q.q_scale(), at::kDouble)
-                                                     : q.q_per_channel_scales().to(at::kDouble));
-  }
-  weights::save_file(path, state, weights::format_for(path));
-}
-
-/// Loads a file save_int8 wrote into a float model of the same architecture: float tensors by
-/// name, and for each Linear with a "<name>.weight_scale" its int8 kernel, rebuilt from the
-/// stored values and scales (no re-quantization). Returns the names of the int8 layers.
-inline std::vector<std::string> load_int8(torch::nn::Module& module, const std::filesystem::path& path,
-                                          Engine engine = Engine::Auto) {
-  const at::QEngine chosen = select_engine(engine);
-  weights::StateDict state = weights::load_file(path);
-  weights::StateDict floats;
-  std::vector<std::string> int8_layers;
-  for (const auto& item : state) {
-    const std::string& key = item.key();
-    const std::string suffix = ".weight_scale";
-    if (key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0)
-      int8_layers.push_back(key.substr(0, key.size() - suffix.size()));
-  }
-  auto modules = module.named_modules("", false);
-  torch::NoGradGuard no_grad;
-  std::vector<std::pair<nn::LinearImpl*, at::Tensor>> kernels;
-  for (const auto& name : int8_layers) {
-    const std::string where = "quant::load_int8: " + path.string() + ": '" + name + "'";
-    ftopt::detail::check(modules.contains(name) && modules[name]->as<nn::LinearImpl>() != nullptr, where,
-                         " is not an nn::Linear of this model");
-    const at::Tensor* values = state.find(name + ".weight");
-    ftopt::detail::check(values != nullptr && values->scalar_type() == at::kChar, where,
-                         ".weight is missing or not int8");
-    const at::Tensor scales = state[name + ".weight_scale"].to(at::kDouble);
-    auto* linear = modules[name]->as<nn::LinearImpl>();
-    ftopt::detail::check(values->sizes() == linear->weight.sizes(), where, ".weight has shape ", values->sizes(),
-                         ", the model's layer ", linear->weight.sizes());
-    at::Tensor q = scales.numel() == 1
-                       ? at::_make_per_tensor_quantized_tensor(*values, scales.item<double>(), 0)
-                       : at::_make_per_channel_quantized_tensor(*values, scales, at::zeros_like(scales, at::kLong), 0);
-    kernels.emplace_back(linear, q);
-  }
-  for (const auto& item : state) {
-    bool int8_key = false;
-    for (const auto& name : int8_layers)
-      int8_key = int8_key || item.key() == name + ".weight" || item.key() == name + ".weight_scale";
-    if (!int8_key) floats.insert(item.key(), item.value());
-  }
-  // The int8 layers' float weights are not in the file: their int8 values, dequantized, stand
-  // in. Strict loading checks every key before it copies anything.
-  for (auto& [linear, q] : kernels)
-    for (const auto& item : modules)
-      if (item.value()->as<nn::LinearImpl>() == linear) floats.insert(item.key() + ".weight", q.dequantize());
-  weights::load_state_dict(module, floats, {}, "quant::load_int8: " + path.string());
-  for (auto& [linear, q] : kernels) linear->attach(std::make_shared<DynamicInt8Linear>(q, detail::float_bias(*linear), chosen));
-  return int8_layers;
-}
 
 } // namespace ftopt::quant

@@ -62,6 +62,7 @@ public:
   const at::Tensor& qweight() const { return qweight_; }
   QParams input() const { return input_; }
   QParams output() const { return output_; }
+  std::int64_t quant_max() const { return quant_max_; }
 
 private:
   static double low(QParams q) { return -static_cast<double>(q.zero_point) * q.scale; }

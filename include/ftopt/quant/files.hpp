@@ -1,0 +1,131 @@
+#pragma once
+/// Saving and loading int8 models (quant::DynamicInt8, quant::StaticInt8, quant::Qat after
+/// convert) in safetensors or torch.save files:
+///
+///   quant::save_int8(*model, "model-int8.safetensors");
+///   models::ViT fresh(options);                                  // same architecture, float
+///   quant::load_int8(*fresh, "model-int8.safetensors");         // int8 kernels attached
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include <ftopt/quant/dynamic_int8.hpp>
+#include <ftopt/quant/static_int8.hpp>
+#include <ftopt/weights/files.hpp>
+#include <ftopt/weights/state_dict.hpp>
+
+namespace ftopt::quant {
+
+/// Saves a converted model: each int8 Linear as "<name>.weight" (int8 values),
+/// "<name>.weight_scale" (float64, one per tensor or per row) and its float bias, plus for a
+/// static kernel its activation parameters ("<name>.input_scale", ".input_zero_point",
+/// ".output_scale", ".output_zero_point", ".quant_max"); everything else as in the float state
+/// dict. The format follows the file's extension (.safetensors or
+/// a torch.save zip), written atomically like every ftopt file.
+inline void save_int8(const torch::nn::Module& module, const std::filesystem::path& path) {
+  weights::StateDict state = weights::state_dict(module);
+  auto& mutable_module = const_cast<torch::nn::Module&>(module);
+  for (const auto& item : mutable_module.named_modules("", false)) {
+    auto* linear = item.value()->as<nn::LinearImpl>();
+    if (linear == nullptr) continue;
+    const std::string& name = item.key();
+    auto dynamic = std::dynamic_pointer_cast<DynamicInt8Linear>(linear->extension());
+    auto fixed = std::dynamic_pointer_cast<StaticInt8Linear>(linear->extension());
+    if (!dynamic && !fixed) continue;
+    const at::Tensor& q = dynamic ? dynamic->qweight() : fixed->qweight();
+    state[name + ".weight"] = q.int_repr();
+    state.insert(name + ".weight_scale", q.qscheme() == at::kPerTensorAffine ? at::full({1}, q.q_scale(), at::kDouble)
+                                                                             : q.q_per_channel_scales().to(at::kDouble));
+    if (!fixed) continue;
+    state.insert(name + ".input_scale", at::full({1}, fixed->input().scale, at::kDouble));
+    state.insert(name + ".input_zero_point", at::full({1}, fixed->input().zero_point, at::kLong));
+    state.insert(name + ".output_scale", at::full({1}, fixed->output().scale, at::kDouble));
+    state.insert(name + ".output_zero_point", at::full({1}, fixed->output().zero_point, at::kLong));
+    state.insert(name + ".quant_max", at::full({1}, fixed->quant_max(), at::kLong));
+  }
+  weights::save_file(path, state, weights::format_for(path));
+}
+
+/// Loads a file save_int8 wrote into a float model of the same architecture: float tensors by
+/// name, and for each Linear with a "<name>.weight_scale" its int8 kernel, rebuilt from the
+/// stored values and scales (no re-quantization). Returns the names of the int8 layers.
+inline std::vector<std::string> load_int8(torch::nn::Module& module, const std::filesystem::path& path,
+                                          Engine engine = Engine::Auto) {
+  const at::QEngine chosen = select_engine(engine);
+  weights::StateDict state = weights::load_file(path);
+  weights::StateDict floats;
+  std::vector<std::string> int8_layers;
+  for (const auto& item : state) {
+    const std::string& key = item.key();
+    const std::string suffix = ".weight_scale";
+    if (key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0)
+      int8_layers.push_back(key.substr(0, key.size() - suffix.size()));
+  }
+  auto modules = module.named_modules("", false);
+  torch::NoGradGuard no_grad;
+  std::vector<std::pair<nn::LinearImpl*, at::Tensor>> kernels;
+  struct Activations {
+    StaticInt8Linear::QParams input, output;
+    std::int64_t quant_max = 255;
+  };
+  std::vector<std::optional<Activations>> activations;  // nullopt: a dynamic kernel
+  for (const auto& name : int8_layers) {
+    const std::string where = "quant::load_int8: " + path.string() + ": '" + name + "'";
+    ftopt::detail::check(modules.contains(name) && modules[name]->as<nn::LinearImpl>() != nullptr, where,
+                         " is not an nn::Linear of this model");
+    const at::Tensor* values = state.find(name + ".weight");
+    ftopt::detail::check(values != nullptr && values->scalar_type() == at::kChar, where,
+                         ".weight is missing or not int8");
+    const at::Tensor scales = state[name + ".weight_scale"].to(at::kDouble);
+    auto* linear = modules[name]->as<nn::LinearImpl>();
+    ftopt::detail::check(values->sizes() == linear->weight.sizes(), where, ".weight has shape ", values->sizes(),
+                         ", the model's layer ", linear->weight.sizes());
+    at::Tensor q = scales.numel() == 1
+                       ? at::_make_per_tensor_quantized_tensor(*values, scales.item<double>(), 0)
+                       : at::_make_per_channel_quantized_tensor(*values, scales, at::zeros_like(scales, at::kLong), 0);
+    std::optional<Activations> fixed;
+    if (const at::Tensor* in_scale = state.find(name + ".input_scale")) {
+      const auto scalar = [&](const std::string& key) {
+        const at::Tensor* t = state.find(name + key);
+        ftopt::detail::check(t != nullptr && t->numel() == 1, where, key, " is missing");
+        return *t;
+      };
+      fixed = Activations{{in_scale->item<double>(), scalar(".input_zero_point").item<std::int64_t>()},
+                          {scalar(".output_scale").item<double>(), scalar(".output_zero_point").item<std::int64_t>()},
+                          scalar(".quant_max").item<std::int64_t>()};
+    }
+    kernels.emplace_back(linear, q);
+    activations.push_back(fixed);
+  }
+  const std::vector<std::string> int8_keys{".weight", ".weight_scale", ".input_scale", ".input_zero_point",
+                                           ".output_scale", ".output_zero_point", ".quant_max"};
+  for (const auto& item : state) {
+    bool int8_key = false;
+    for (const auto& name : int8_layers)
+      for (const auto& suffix : int8_keys) int8_key = int8_key || item.key() == name + suffix;
+    if (!int8_key) floats.insert(item.key(), item.value());
+  }
+  // The int8 layers' float weights are not in the file: their int8 values, dequantized, stand
+  // in. Strict loading checks every key before it copies anything.
+  for (auto& [linear, q] : kernels)
+    for (const auto& item : modules)
+      if (item.value()->as<nn::LinearImpl>() == linear) floats.insert(item.key() + ".weight", q.dequantize());
+  weights::load_state_dict(module, floats, {}, "quant::load_int8: " + path.string());
+  // Kernels built after the floats are in: the bias they pack is the file's.
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    auto& [linear, q] = kernels[i];
+    if (const auto& a = activations[i]) {
+      linear->attach(std::make_shared<StaticInt8Linear>(q, detail::float_bias(*linear), a->input, a->output, a->quant_max));
+    } else {
+      linear->attach(std::make_shared<DynamicInt8Linear>(q, detail::float_bias(*linear), chosen));
+    }
+  }
+  return int8_layers;
+}
+
+} // namespace ftopt::quant
