@@ -1,6 +1,7 @@
 // Inference with quant::DynamicInt8 against float, side by side in one run: the main job's ViT
 // (d 64), a wider ViT (d 256, 6 layers) and an MLP (784-1024-1024-10), batch 256, one thread;
-// per-tensor and per-channel weights; and each model's size on disk (safetensors) in float
+// dynamic int8 with per-tensor and per-channel weights, static int8 (calibrated on the batch
+// itself); and each model's size on disk (safetensors) in float
 // and after quant::save_int8.
 //
 //   build/benchmarks/bench_quant
@@ -32,17 +33,22 @@ template <class Make>
 void inference(benchmark::State& state, Make make) {
   at::set_num_threads(1);
   torch::NoGradGuard no_grad;
-  auto fp32 = make(), per_tensor = make(), per_channel = make();
-  fp32->eval(), per_tensor->eval(), per_channel->eval();
+  auto fp32 = make(), per_tensor = make(), per_channel = make(), fixed = make();
+  fp32->eval(), per_tensor->eval(), per_channel->eval(), fixed->eval();
   q::DynamicInt8({.granularity = q::Granularity::PerTensor}).convert(*per_tensor);
   q::DynamicInt8({.granularity = q::Granularity::PerChannel}).convert(*per_channel);
   const auto x = torch::randn({256, 1, 28, 28});
+  q::StaticInt8 calibrated;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> calibration{{x, torch::zeros({256}, torch::kLong)}};
+  calibrated.calibrate(fixed, calibration);
+  calibrated.convert(*fixed);
   const auto reference = fp32->forward(x);
   ftopt::bench::side_by_side(state, {{"fp32", [&] { fp32->forward(x); }},
                                      {"int8_tensor", [&] { per_tensor->forward(x); }},
-                                     {"int8_channel", [&] { per_channel->forward(x); }}});
-  state.counters["int8_tensor_speedup"] = state.counters["fp32_us"] / state.counters["int8_tensor_us"];
-  state.counters["int8_channel_speedup"] = state.counters["fp32_us"] / state.counters["int8_channel_us"];
+                                     {"int8_channel", [&] { per_channel->forward(x); }},
+                                     {"static_int8", [&] { fixed->forward(x); }}});
+  for (std::string c : {"int8_tensor", "int8_channel", "static_int8"})
+    state.counters[c + "_speedup"] = state.counters["fp32_us"] / state.counters[c + "_us"];
   state.counters["int8_tensor_rel_err"] =
       ((per_tensor->forward(x) - reference).norm() / reference.norm()).template item<double>();
 

@@ -53,10 +53,14 @@ public:
   /// Input and output are held to the calibrated integer range [0, quant_max], as fake
   /// quantization (QAT) holds them: a quint8 tensor itself would run to 255, which with
   /// reduce_range is past the range the kernel is safe from 16-bit saturation in.
+  /// With the full range (255) quint8 itself holds them there, and the clamps are skipped.
   at::Tensor forward(nn::LinearImpl&, const at::Tensor& x) override {
-    const at::Tensor clamped = x.to(at::kFloat).clamp(low(input_), high(input_)).contiguous();
-    const at::Tensor xq = at::quantize_per_tensor(clamped, input_.scale, input_.zero_point, at::kQUInt8);
-    return linear_static(xq, packed_, output_.scale, output_.zero_point).dequantize().clamp_(low(output_), high(output_));
+    const bool full = quant_max_ == 255;
+    at::Tensor input = x.to(at::kFloat);
+    if (!full) input = input.clamp(low(input_), high(input_));
+    const at::Tensor xq = at::quantize_per_tensor(input.contiguous(), input_.scale, input_.zero_point, at::kQUInt8);
+    at::Tensor y = linear_static(xq, packed_, output_.scale, output_.zero_point).dequantize();
+    return full ? y : y.clamp_(low(output_), high(output_));
   }
 
   const at::Tensor& qweight() const { return qweight_; }
