@@ -34,4 +34,16 @@ inline double fraction(std::string_view program, std::string_view flag, const ch
   return x;
 }
 
+/// Reads `--flag value` pairs: `set(flag, value)` stores a value and returns false for a flag
+/// it does not know, which is an error listing the `known` ones.
+template <class Set>
+void parse_pairs(std::string_view program, int argc, char** argv, std::string_view known, Set set) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    ftopt::detail::check(i + 1 < argc, program, ": ", flag, " needs a value");
+    const char* value = argv[++i];
+    if (!set(flag, value)) ftopt::detail::fail(program, ": unknown option ", flag, " (known: ", known, ")");
+  }
+}
+
 } // namespace examples

@@ -33,17 +33,16 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    ftopt::detail::check(i + 1 < argc, "ddp: ", flag, " needs a value");
-    const char* value = argv[++i];
+  examples::parse_pairs("ddp", argc, argv, "--epochs, --batch, --train-limit, --data, --checkpoint",
+                        [&](std::string_view flag, const char* value) {
     if (flag == "--epochs") args.epochs = examples::count("ddp", flag, value);
     else if (flag == "--batch") args.batch = examples::count("ddp", flag, value);
     else if (flag == "--train-limit") args.train_limit = examples::count("ddp", flag, value);
     else if (flag == "--data") args.data = value;
     else if (flag == "--checkpoint") args.checkpoint = value;
-    else ftopt::detail::fail("ddp: unknown option ", flag, " (known: --epochs, --batch, --train-limit, --data, --checkpoint)");
-  }
+    else return false;
+    return true;
+  });
   return args;
 }
 

@@ -27,17 +27,15 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    ftopt::detail::check(i + 1 < argc, "fashion_mnist: ", flag, " needs a value");
-    const char* value = argv[++i];
+  examples::parse_pairs("fashion_mnist", argc, argv, "--epochs, --batch, --train-limit, --data",
+                        [&](std::string_view flag, const char* value) {
     if (flag == "--epochs") args.epochs = examples::count("fashion_mnist", flag, value);
     else if (flag == "--batch") args.batch = examples::count("fashion_mnist", flag, value);
     else if (flag == "--train-limit") args.train_limit = examples::count("fashion_mnist", flag, value);
     else if (flag == "--data") args.data = value;
-    else ftopt::detail::fail("fashion_mnist: unknown option ", flag,
-                             " (known: --epochs, --batch, --train-limit, --data)");
-  }
+    else return false;
+    return true;
+  });
   return args;
 }
 

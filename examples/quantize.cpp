@@ -37,18 +37,16 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    ftopt::detail::check(i + 1 < argc, "quantize: ", flag, " needs a value");
-    const char* value = argv[++i];
+  examples::parse_pairs("quantize", argc, argv, "--epochs, --qat-epochs, --calibration-batches, --train-limit, --data",
+                        [&](std::string_view flag, const char* value) {
     if (flag == "--epochs") args.epochs = examples::count("quantize", flag, value);
     else if (flag == "--qat-epochs") args.qat_epochs = examples::count("quantize", flag, value);
     else if (flag == "--calibration-batches") args.calibration_batches = examples::count("quantize", flag, value);
     else if (flag == "--train-limit") args.train_limit = examples::count("quantize", flag, value);
     else if (flag == "--data") args.data = value;
-    else ftopt::detail::fail("quantize: unknown option ", flag,
-                             " (known: --epochs, --qat-epochs, --calibration-batches, --train-limit, --data)");
-  }
+    else return false;
+    return true;
+  });
   return args;
 }
 
