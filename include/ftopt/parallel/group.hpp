@@ -146,14 +146,16 @@ public:
                          ")");
     ftopt::detail::check(options.timeout.count() > 0, "parallel::Group::join: timeout must be positive, got ",
                          options.timeout.count(), " ms");
-    // One group per process and environment, as torch.distributed's default group: a second
-    // Ddp in the same process shares it (rank 0 cannot host a second store on the same port).
+    // One group per process and environment, kept until the process exits, as torch.distributed's
+    // default group: a later Ddp in the same process shares it. (Leaving and re-joining would
+    // race: rank 0 must close its store and host a new one on the same port while the other
+    // ranks may already be knocking on the old one.)
     static std::mutex mutex;
-    static std::map<std::string, std::weak_ptr<Group>> joined;
+    static std::map<std::string, std::shared_ptr<Group>> joined;
     const std::string key = env.master() + "/" + std::to_string(env.rank) + "/" + std::to_string(env.world_size) +
                             "/" + to_string(options.backend);
     std::lock_guard lock(mutex);
-    if (auto existing = joined[key].lock()) return existing;
+    if (auto existing = joined[key]) return existing;
     auto group = std::shared_ptr<Group>(new Group(env, options));
     group->connect();
     joined[key] = group;
