@@ -193,6 +193,13 @@ public:
     return tensors.front();
   }
 
+  /// DDP's register_comm_hook: `hook` communicates each bucket instead of the built-in
+  /// all-reduce (compression, timing, ...). After setup (Trainer::prepare), before training.
+  void register_comm_hook(std::unique_ptr<c10d::CommHookInterface> hook) {
+    ftopt::detail::check(state_->reducer != nullptr, "parallel::Ddp::register_comm_hook: call Trainer::prepare first");
+    state_->reducer->register_comm_hook(std::move(hook));
+  }
+
   /// Elements in the Reducer's buckets: what each synchronizing step all-reduces.
   std::int64_t reduced_elements() const { return state_->reduced_elements; }
 
