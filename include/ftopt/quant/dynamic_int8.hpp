@@ -66,9 +66,8 @@ inline at::Tensor quantize_weight(const at::Tensor& weight, Granularity granular
 /// The int8 kernel attached to one nn::Linear.
 class DynamicInt8Linear : public nn::Extension<nn::LinearImpl> {
 public:
-  DynamicInt8Linear(at::Tensor qweight, c10::optional<at::Tensor> bias, at::QEngine engine)
-      : qweight_(std::move(qweight)), bias_(std::move(bias)), engine_(engine),
-        packed_(prepack_linear(qweight_, bias_)) {}
+  DynamicInt8Linear(at::Tensor qweight, const c10::optional<at::Tensor>& bias, at::QEngine engine)
+      : qweight_(std::move(qweight)), engine_(engine), packed_(prepack_linear(qweight_, bias)) {}
 
   at::Tensor forward(nn::LinearImpl&, const at::Tensor& input) override {
     const at::Tensor x = input.scalar_type() == at::kFloat ? input.contiguous() : input.to(at::kFloat).contiguous();
@@ -76,11 +75,9 @@ public:
   }
 
   const at::Tensor& qweight() const { return qweight_; }
-  const c10::optional<at::Tensor>& bias() const { return bias_; }
 
 private:
   at::Tensor qweight_;
-  c10::optional<at::Tensor> bias_;
   at::QEngine engine_;
   PackedLinear packed_;
 };

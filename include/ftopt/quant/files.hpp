@@ -112,9 +112,7 @@ inline std::vector<std::string> load_int8(torch::nn::Module& module, const std::
   }
   // The int8 layers' float weights are not in the file: their int8 values, dequantized, stand
   // in. Strict loading checks every key before it copies anything.
-  for (auto& [linear, q] : kernels)
-    for (const auto& item : modules)
-      if (item.value()->as<nn::LinearImpl>() == linear) floats.insert(item.key() + ".weight", q.dequantize());
+  for (std::size_t i = 0; i < kernels.size(); ++i) floats.insert(int8_layers[i] + ".weight", kernels[i].second.dequantize());
   weights::load_state_dict(module, floats, {}, "quant::load_int8: " + path.string());
   // Kernels built after the floats are in: the bias they pack is the file's.
   for (std::size_t i = 0; i < kernels.size(); ++i) {

@@ -141,13 +141,8 @@ public:
     torch::NoGradGuard no_grad;
     for (auto& [name, fake] : layers_) {
       auto* linear = modules[name]->as<nn::LinearImpl>();
-      const std::string what = "layer '" + name + "'";
-      const auto [in_scale, in_zp] = fake->input().qparams(reduce, what + " input (no training step reached it)");
-      const auto [out_scale, out_zp] = fake->output().qparams(reduce, what + " output (no training step reached it)");
-      linear->attach(std::make_shared<StaticInt8Linear>(quantize_weight(linear->weight, options_.granularity),
-                                                        detail::float_bias(*linear),
-                                                        StaticInt8Linear::QParams{in_scale, in_zp},
-                                                        StaticInt8Linear::QParams{out_scale, out_zp}, reduce ? 127 : 255));
+      linear->attach(detail::static_kernel(*linear, fake->input(), fake->output(), options_.granularity, reduce,
+                                           "layer '" + name + "'", " (no training step reached it)"));
     }
   }
 

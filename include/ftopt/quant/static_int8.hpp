@@ -99,6 +99,19 @@ public:
   Observer input, output;
 };
 
+/// The static int8 kernel for `linear` from its trained or calibrated input and output
+/// observers (`what` and `why` name the layer and the likely cause in an error when one of them
+/// saw nothing).
+inline std::shared_ptr<StaticInt8Linear> static_kernel(const nn::LinearImpl& linear, const Observer& input,
+                                                       const Observer& output, Granularity granularity, bool reduce,
+                                                       const std::string& what, const std::string& why = "") {
+  const auto [in_scale, in_zp] = input.qparams(reduce, what + " input" + why);
+  const auto [out_scale, out_zp] = output.qparams(reduce, what + " output" + why);
+  return std::make_shared<StaticInt8Linear>(quantize_weight(linear.weight, granularity), float_bias(linear),
+                                            StaticInt8Linear::QParams{in_scale, in_zp},
+                                            StaticInt8Linear::QParams{out_scale, out_zp}, reduce ? 127 : 255);
+}
+
 } // namespace detail
 
 class StaticInt8 {
@@ -165,13 +178,8 @@ public:
       auto found = ranges_.find(name);
       ftopt::detail::check(found != ranges_.end(), "quant::StaticInt8: layer '", name,
                            "' was not calibrated (was the model changed after calibrate?)");
-      const std::string what = "layer '" + name + "'";
-      const auto [in_scale, in_zp] = found->second.first.qparams(reduce, what + " input");
-      const auto [out_scale, out_zp] = found->second.second.qparams(reduce, what + " output");
-      linear->attach(std::make_shared<StaticInt8Linear>(quantize_weight(linear->weight, options_.granularity),
-                                                        detail::float_bias(*linear),
-                                                        StaticInt8Linear::QParams{in_scale, in_zp},
-                                                        StaticInt8Linear::QParams{out_scale, out_zp}, reduce ? 127 : 255));
+      linear->attach(detail::static_kernel(*linear, found->second.first, found->second.second, options_.granularity,
+                                           reduce, "layer '" + name + "'"));
       quantized_.push_back(name);
     }
   }
