@@ -20,6 +20,7 @@
 #include <ftopt/precision/fp32.hpp>
 #include <ftopt/quant/dynamic_int8.hpp>
 #include <ftopt/quant/files.hpp>
+#include <ftopt/quant/layers.hpp>
 #include <ftopt/quant/none.hpp>
 #include <ftopt/quant/qat.hpp>
 #include <ftopt/quant/report.hpp>

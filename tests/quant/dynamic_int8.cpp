@@ -216,8 +216,8 @@ TEST_CASE("StaticInt8: calibrated, deterministic, close to float, and its errors
   CHECK(policy.calibration_batches() == 4);
   quant::StaticInt8 again;
   again.calibrate(model, batches);
-  CHECK(policy.observers("layers.0").first.range("a") == again.observers("layers.0").first.range("b"));
-  CHECK(policy.observers("layers.0").first.range("x") == std::pair{x.min().item<double>(), x.max().item<double>()});
+  CHECK(policy.observers("layers.0").input.range("a") == again.observers("layers.0").input.range("b"));
+  CHECK(policy.observers("layers.0").input.range("x") == std::pair{x.min().item<double>(), x.max().item<double>()});
 
   policy.convert(*model);
   CHECK(policy.quantized() == std::vector<std::string>{"layers.0", "layers.2"});

@@ -30,6 +30,7 @@
 #include <ftopt/nn/names.hpp>
 #include <ftopt/quant/concept.hpp>
 #include <ftopt/quant/engine.hpp>
+#include <ftopt/quant/layers.hpp>
 
 namespace ftopt::quant {
 
@@ -82,37 +83,6 @@ private:
   PackedLinear packed_;
 };
 
-namespace detail {
-
-/// The nn::Linear layers of a module, by name, that are not under `keep_float`. Linears inside
-/// another Linear belong to its extension (LoRA's lora_A and lora_B) and are left alone.
-inline std::vector<std::pair<std::string, nn::LinearImpl*>> quantizable_linears(torch::nn::Module& module,
-                                                                                const nn::NamePatterns& keep_float) {
-  std::vector<std::pair<std::string, nn::LinearImpl*>> out;
-  std::vector<std::string> outer;
-  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
-    auto* linear = item.value()->as<nn::LinearImpl>();
-    if (linear == nullptr) continue;
-    const std::string& name = item.key();
-    const bool nested = std::any_of(outer.begin(), outer.end(), [&](const std::string& o) {
-      return o.empty() || name.rfind(o + ".", 0) == 0;
-    });
-    if (nested) continue;
-    outer.push_back(name);
-    bool kept = false;
-    for (const auto& pattern : keep_float) kept = kept || nn::detail::under(pattern, item.key());
-    if (!kept) out.emplace_back(item.key(), linear);
-  }
-  return out;
-}
-
-inline c10::optional<at::Tensor> float_bias(const nn::LinearImpl& linear) {
-  if (!linear.bias.defined()) return c10::nullopt;
-  return linear.bias.detach().to(at::kFloat).contiguous();
-}
-
-} // namespace detail
-
 class DynamicInt8 {
 public:
   using axis = ftopt::axis::Quant;
@@ -132,7 +102,7 @@ public:
     const at::QEngine engine = select_engine(options_.engine);
     torch::NoGradGuard no_grad;
     quantized_.clear();
-    for (auto& [name, linear] : detail::quantizable_linears(module, options_.keep_float)) {
+    for (auto& [name, linear] : detail::quantizable<nn::LinearImpl>(module, options_.keep_float)) {
       ftopt::detail::check(!linear->extension() || !linear->extension()->changes_forward() ||
                                std::dynamic_pointer_cast<DynamicInt8Linear>(linear->extension()),
                            "quant::DynamicInt8: layer '", name,

@@ -1,11 +1,11 @@
 #pragma once
 /// quant::Qat: quantization-aware training, as torch.ao.quantization's prepare_qat / convert.
-/// While training, every quantizable nn::Linear runs fake-quantized: its input and output
-/// through ATen's fake_quantize_per_tensor_affine (quint8, ranges from moving-average
+/// While training, every quantizable nn::Linear and nn::Conv2d runs fake-quantized: its input
+/// and output through ATen's fake_quantize_per_tensor_affine (quint8, ranges from moving-average
 /// observers), its weight through fake_quantize_per_channel_affine (or per tensor; symmetric
 /// qint8 from the current weight). Gradients pass straight through inside the clamp range and
 /// are zero outside it. After `freeze_observers_after` training micro-batches (or freeze())
-/// the ranges stop moving; convert() then builds the static int8 model (StaticInt8Linear)
+/// the ranges stop moving; convert() then builds the static int8 model (StaticInt8Kernel)
 /// from exactly those ranges and the same weight quantization.
 ///
 ///   ftopt::Trainer<ftopt::precision::Fp32, ftopt::peft::Full, ftopt::memory::None,
@@ -18,6 +18,7 @@
 /// autocast with Qat does not compile (rules.hpp). A Linear that already carries an extension
 /// (a LoRA branch) cannot be fake-quantized: keep it in float (keep_float) or train it fully.
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,30 +49,20 @@ struct QatOptions {
   }
 };
 
-/// The fake-quantized forward of one nn::Linear during training.
-class FakeQuantLinear : public nn::Extension<nn::LinearImpl> {
+/// What fake quantization keeps for one layer during training: its observers and how its
+/// weight is quantized. FakeQuant<Layer> is the extension that runs it.
+class FakeQuantized {
 public:
-  FakeQuantLinear(const QatOptions& options, bool reduce_range)
+  FakeQuantized(const QatOptions& options, bool reduce_range)
       : granularity_(options.granularity), freeze_after_(options.freeze_observers_after), reduce_(reduce_range),
-        input_(options.activations), output_(options.activations) {}
-
-  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
-    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const at::Tensor input = x.to(at::kFloat);
-    const bool observing = layer.is_training() && !frozen();
-    if (observing) input_.observe(input);
-    const at::Tensor y = at::linear(fake_quantize(input, input_), fake_quantize_weight(layer.weight), layer.bias);
-    if (observing) {
-      output_.observe(y);
-      ++batches_;
-    }
-    return fake_quantize(y, output_);
-  }
+        observed_{Observer(options.activations), Observer(options.activations)} {}
+  virtual ~FakeQuantized() = default;
 
   bool frozen() const { return frozen_ || (freeze_after_ > 0 && batches_ >= freeze_after_); }
   void freeze() { frozen_ = true; }
-  const Observer& input() const { return input_; }
-  const Observer& output() const { return output_; }
+  const Observer& input() const { return observed_.input; }
+  const Observer& output() const { return observed_.output; }
+  const ActivationObservers& observed() const { return observed_; }
 
   /// The weight fake-quantized as quantize_weight() quantizes it for the int8 model.
   at::Tensor fake_quantize_weight(const at::Tensor& weight) const {
@@ -86,6 +77,23 @@ public:
     return at::fake_quantize_per_channel_affine(w, scales, at::zeros({w.size(0)}, at::kInt), 0, -128, 127);
   }
 
+protected:
+  /// The input fake-quantized, `compute` run on it, the output fake-quantized; observed while
+  /// `training` and not frozen. In float32: autocast is off inside.
+  template <class F>
+  at::Tensor run(const at::Tensor& x, bool training, F&& compute) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const at::Tensor input = x.to(at::kFloat);
+    const bool observing = training && !frozen();
+    if (observing) observed_.input.observe(input);
+    const at::Tensor y = compute(fake_quantize(input, observed_.input));
+    if (observing) {
+      observed_.output.observe(y);
+      ++batches_;
+    }
+    return fake_quantize(y, observed_.output);
+  }
+
 private:
   at::Tensor fake_quantize(const at::Tensor& t, const Observer& observer) const {
     if (observer.batches() == 0) return t;  // evaluated before any training step: nothing to go by
@@ -96,9 +104,22 @@ private:
   Granularity granularity_;
   std::int64_t freeze_after_;
   bool reduce_;
-  Observer input_, output_;
+  ActivationObservers observed_;
   std::int64_t batches_ = 0;
   bool frozen_ = false;
+};
+
+/// The fake-quantized forward of one nn::Linear or nn::Conv2d during training.
+template <class Layer>
+class FakeQuant : public nn::Extension<Layer>, public FakeQuantized {
+public:
+  using FakeQuantized::FakeQuantized;
+
+  at::Tensor forward(Layer& layer, const at::Tensor& x) override {
+    return run(x, layer.is_training(), [&](const at::Tensor& input) {
+      return LayerOps<Layer>::with_weight(layer, input, fake_quantize_weight(layer.weight));
+    });
+  }
 };
 
 class Qat {
@@ -112,19 +133,20 @@ public:
   void validate() const { options_.validate(); }
   const QatOptions& options() const { return options_; }
 
-  /// Fake-quantizes every quantizable Linear (Trainer::prepare calls this before training).
+  /// Fake-quantizes every quantizable Linear and Conv2d (Trainer::prepare calls this before
+  /// training).
   void prepare(torch::nn::Module& module) {
     const bool reduce = reduce_range(select_engine(options_.engine));
     layers_.clear();
-    for (auto& [name, linear] : detail::quantizable_linears(module, options_.keep_float)) {
-      ftopt::detail::check(!linear->extension(), "quant::Qat: layer '", name,
+    detail::for_each_quantizable(module, options_.keep_float, [&]<class Layer>(const std::string& name, Layer* layer) {
+      ftopt::detail::check(!layer->extension(), "quant::Qat: layer '", name,
                            "' carries another extension (a LoRA branch?); QAT fake-quantizes the layer's own "
                            "weight: keep it in float (keep_float) or train it fully");
-      auto fake = std::make_shared<FakeQuantLinear>(options_, reduce);
-      linear->attach(fake);
+      auto fake = std::make_shared<FakeQuant<Layer>>(options_, reduce);
+      layer->attach(fake);
       layers_.emplace_back(name, fake);
-    }
-    ftopt::detail::check(!layers_.empty(), "quant::Qat: the model has no nn::Linear to fake-quantize");
+    });
+    ftopt::detail::check(!layers_.empty(), "quant::Qat: the model has no nn::Linear or nn::Conv2d to fake-quantize");
   }
 
   /// Stops every observer now (PyTorch: model.apply(torch.ao.quantization.disable_observer)).
@@ -137,21 +159,23 @@ public:
     ftopt::detail::check(!layers_.empty(), "quant::Qat::convert: prepare (Trainer::prepare) was not called");
     const at::QEngine engine = select_engine(options_.engine);
     const bool reduce = reduce_range(engine);
-    auto modules = module.named_modules("", true);
+    std::map<std::string, std::shared_ptr<FakeQuantized>> trained(layers_.begin(), layers_.end());
     torch::NoGradGuard no_grad;
-    for (auto& [name, fake] : layers_) {
-      auto* linear = modules[name]->as<nn::LinearImpl>();
-      linear->attach(detail::static_kernel(*linear, fake->input(), fake->output(), options_.granularity, reduce,
-                                           "layer '" + name + "'", " (no training step reached it)"));
-    }
+    detail::for_each_quantizable(module, options_.keep_float, [&]<class Layer>(const std::string& name, Layer* layer) {
+      auto found = trained.find(name);
+      ftopt::detail::check(found != trained.end(), "quant::Qat::convert: layer '", name,
+                           "' was not fake-quantized (was the model changed after prepare?)");
+      layer->attach(detail::static_kernel(*layer, found->second->observed(), options_.granularity, reduce,
+                                          "layer '" + name + "'", " (no training step reached it)"));
+    });
   }
 
   /// The fake-quantized layers, by name, in module order.
-  const std::vector<std::pair<std::string, std::shared_ptr<FakeQuantLinear>>>& layers() const { return layers_; }
+  const std::vector<std::pair<std::string, std::shared_ptr<FakeQuantized>>>& layers() const { return layers_; }
 
 private:
   QatOptions options_;
-  std::vector<std::pair<std::string, std::shared_ptr<FakeQuantLinear>>> layers_;
+  std::vector<std::pair<std::string, std::shared_ptr<FakeQuantized>>> layers_;
 };
 
 static_assert(Policy<Qat>);

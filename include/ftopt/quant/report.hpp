@@ -8,8 +8,10 @@
 ///   for (auto& e : errors) std::cout << e.layer << " " << e.relative_error << "\n";
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -27,20 +29,33 @@ struct LayerError {
 
 namespace detail {
 
+struct Distance {
+  double error = 0, norm = 0;  ///< sums of squares: (int8 - float) and float
+};
+
 /// Wraps an int8 kernel: returns its output and accumulates its distance to the float one.
-class Measuring : public nn::Extension<nn::LinearImpl> {
+template <class Layer>
+class Measuring : public nn::Extension<Layer> {
 public:
-  explicit Measuring(std::shared_ptr<nn::Extension<nn::LinearImpl>> kernel) : kernel(std::move(kernel)) {}
-  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
+  explicit Measuring(std::shared_ptr<nn::Extension<Layer>> kernel) : kernel(std::move(kernel)) {}
+  at::Tensor forward(Layer& layer, const at::Tensor& x) override {
     at::Tensor y = kernel->forward(layer, x);
     const at::Tensor reference = layer.base_forward(x.to(layer.weight.scalar_type()));
-    error += (y.to(at::kDouble) - reference.to(at::kDouble)).pow(2).sum().item<double>();
-    norm += reference.to(at::kDouble).pow(2).sum().item<double>();
+    distance->error += (y.to(at::kDouble) - reference.to(at::kDouble)).pow(2).sum().item<double>();
+    distance->norm += reference.to(at::kDouble).pow(2).sum().item<double>();
     return y;
   }
-  std::shared_ptr<nn::Extension<nn::LinearImpl>> kernel;
-  double error = 0, norm = 0;
+  std::shared_ptr<nn::Extension<Layer>> kernel;
+  std::shared_ptr<Distance> distance = std::make_shared<Distance>();
 };
+
+/// Whether `extension` is one of ftopt's int8 kernels.
+template <class Layer>
+bool is_int8(const std::shared_ptr<nn::Extension<Layer>>& extension) {
+  if constexpr (std::is_same_v<Layer, nn::LinearImpl>)
+    if (std::dynamic_pointer_cast<DynamicInt8Linear>(extension)) return true;
+  return std::dynamic_pointer_cast<StaticInt8Kernel<Layer>>(extension) != nullptr;
+}
 
 } // namespace detail
 
@@ -49,36 +64,39 @@ public:
 template <class M, BatchRange R>
 std::vector<LayerError> layer_errors(M& model, R&& batches, std::int64_t max_batches = 0) {
   torch::nn::Module& module = *model;
-  std::vector<std::pair<std::string, std::pair<nn::LinearImpl*, std::shared_ptr<detail::Measuring>>>> measured;
-  for (const auto& item : module.named_modules("", true)) {
-    auto* linear = item.value()->as<nn::LinearImpl>();
-    if (!linear || !linear->extension()) continue;
-    const auto& e = linear->extension();
-    if (!std::dynamic_pointer_cast<DynamicInt8Linear>(e) && !std::dynamic_pointer_cast<StaticInt8Linear>(e)) continue;
-    auto m = std::make_shared<detail::Measuring>(e);
-    linear->attach(m);
-    measured.push_back({item.key(), {linear, m}});
-  }
+  std::vector<std::pair<std::string, std::shared_ptr<detail::Distance>>> measured;
+  std::vector<std::function<void()>> undo;
+  detail::for_each_quantizable(module, {}, [&]<class Layer>(const std::string& name, Layer* layer) {
+    if (!detail::is_int8(layer->extension())) return;
+    auto m = std::make_shared<detail::Measuring<Layer>>(layer->extension());
+    undo.push_back([layer, kernel = m->kernel] { layer->attach(kernel); });
+    layer->attach(m);
+    measured.emplace_back(name, m->distance);
+  });
   ftopt::detail::check(!measured.empty(), "quant::layer_errors: the model has no int8 layer (convert it first)");
   const auto params = module.parameters();
   const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
   const bool was_training = module.is_training();
+  const auto restore = [&] {
+    module.train(was_training);
+    for (auto& f : undo) f();
+  };
   module.eval();
   std::int64_t seen = 0;
-  {
+  try {
     torch::NoGradGuard no_grad;
     for (auto&& batch : batches) {
       if (max_batches > 0 && seen == max_batches) break;
       model->forward(input_of(batch).to(device));
       ++seen;
     }
+  } catch (...) {
+    restore();
+    throw;
   }
-  module.train(was_training);
+  restore();
   std::vector<LayerError> out;
-  for (auto& [name, pair] : measured) {
-    pair.first->attach(pair.second->kernel);
-    out.push_back({name, pair.second->norm > 0 ? std::sqrt(pair.second->error / pair.second->norm) : 0.0});
-  }
+  for (auto& [name, d] : measured) out.push_back({name, d->norm > 0 ? std::sqrt(d->error / d->norm) : 0.0});
   ftopt::detail::check(seen > 0, "quant::layer_errors: no batches");
   return out;
 }

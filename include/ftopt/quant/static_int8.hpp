@@ -1,9 +1,11 @@
 #pragma once
-/// quant::StaticInt8: post-training static quantization of every nn::Linear (but those kept in
-/// float), calibrated on data, as torch.ao.quantization's prepare / calibrate / convert:
-/// observers learn each layer's input and output ranges, then the layer runs quint8 inputs
-/// and outputs with fixed scales and qint8 weights (quantized::linear), quantizing its input
-/// and dequantizing its output at the float boundaries around it.
+/// quant::StaticInt8: post-training static quantization of every nn::Linear and nn::Conv2d (but
+/// those kept in float), calibrated on data, as torch.ao.quantization's prepare / calibrate /
+/// convert: observers learn each layer's input and output ranges, then the layer runs quint8
+/// inputs and outputs with fixed scales and qint8 weights (quantized::linear,
+/// quantized::conv2d), quantizing its input and dequantizing its output at the float
+/// boundaries around it. Unlike torch.ao, Conv2d + BatchNorm (+ ReLU) are not fused first: the
+/// BatchNorm runs in float after the int8 convolution.
 ///
 ///   ftopt::Trainer<..., ftopt::quant::StaticInt8> trainer(options, {}, lora, {}, {},
 ///       ftopt::quant::StaticInt8({.activations = {.kind = quant::ObserverKind::Percentile}}));
@@ -14,6 +16,7 @@
 /// Defaults as torch.ao.quantization.default_per_channel_qconfig: MinMax observers for the
 /// activations (affine quint8), per-channel symmetric qint8 weights.
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,30 +39,32 @@ struct StaticInt8Options {
   void validate() const { activations.validate(); }
 };
 
-/// The calibrated int8 kernel attached to one nn::Linear.
-class StaticInt8Linear : public nn::Extension<nn::LinearImpl> {
+/// The calibrated int8 kernel attached to one nn::Linear or nn::Conv2d.
+template <class Layer>
+class StaticInt8Kernel : public nn::Extension<Layer> {
 public:
   struct QParams {
     double scale = 1;
     std::int64_t zero_point = 0;
   };
+  using Packed = typename LayerOps<Layer>::Packed;
 
   /// `quant_max`: the top of the activations' integer range, 127 with reduce_range, else 255.
-  StaticInt8Linear(at::Tensor qweight, c10::optional<at::Tensor> bias, QParams input, QParams output,
-                   std::int64_t quant_max = 255)
+  StaticInt8Kernel(const Layer& layer, at::Tensor qweight, c10::optional<at::Tensor> bias, QParams input,
+                   QParams output, std::int64_t quant_max = 255)
       : qweight_(std::move(qweight)), input_(input), output_(output), quant_max_(quant_max),
-        packed_(prepack_linear(qweight_, bias)) {}
+        packed_(LayerOps<Layer>::prepack(qweight_, bias, layer)) {}
 
   /// Input and output are held to the calibrated integer range [0, quant_max], as fake
   /// quantization (QAT) holds them: a quint8 tensor itself would run to 255, which with
   /// reduce_range is past the range the kernel is safe from 16-bit saturation in.
   /// With the full range (255) quint8 itself holds them there, and the clamps are skipped.
-  at::Tensor forward(nn::LinearImpl&, const at::Tensor& x) override {
+  at::Tensor forward(Layer&, const at::Tensor& x) override {
     const bool full = quant_max_ == 255;
     at::Tensor input = x.to(at::kFloat);
     if (!full) input = input.clamp(low(input_), high(input_));
     const at::Tensor xq = at::quantize_per_tensor(input.contiguous(), input_.scale, input_.zero_point, at::kQUInt8);
-    at::Tensor y = linear_static(xq, packed_, output_.scale, output_.zero_point).dequantize();
+    at::Tensor y = LayerOps<Layer>::run(xq, packed_, output_.scale, output_.zero_point).dequantize();
     return full ? y : y.clamp_(low(output_), high(output_));
   }
 
@@ -75,41 +80,52 @@ private:
   at::Tensor qweight_;
   QParams input_, output_;
   std::int64_t quant_max_;
-  PackedLinear packed_;
+  Packed packed_;
+};
+
+using StaticInt8Linear = StaticInt8Kernel<nn::LinearImpl>;
+using StaticInt8Conv2d = StaticInt8Kernel<nn::Conv2dImpl>;
+
+/// What calibration (or QAT) learned of one layer's activations.
+struct ActivationObservers {
+  Observer input, output;
 };
 
 namespace detail {
 
 /// Calibration: runs the layer as it was (its extension or its own forward) and observes the
 /// input and the output.
-class Observing : public nn::Extension<nn::LinearImpl> {
+template <class Layer>
+class Observing : public nn::Extension<Layer> {
 public:
-  Observing(std::shared_ptr<nn::Extension<nn::LinearImpl>> inner, const ObserverOptions& options)
-      : inner(std::move(inner)), input(options), output(options) {}
+  Observing(std::shared_ptr<nn::Extension<Layer>> inner, const ObserverOptions& options)
+      : inner(std::move(inner)), seen(std::make_shared<ActivationObservers>(Observer(options), Observer(options))) {}
 
-  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
+  at::Tensor forward(Layer& layer, const at::Tensor& x) override {
     at::Tensor y = inner ? inner->forward(layer, x) : layer.base_forward(x);
-    input.observe(x);
-    output.observe(y);
+    seen->input.observe(x);
+    seen->output.observe(y);
     return y;
   }
   bool changes_forward() const override { return inner && inner->changes_forward(); }
 
-  std::shared_ptr<nn::Extension<nn::LinearImpl>> inner;
-  Observer input, output;
+  std::shared_ptr<nn::Extension<Layer>> inner;
+  std::shared_ptr<ActivationObservers> seen;
 };
 
-/// The static int8 kernel for `linear` from its trained or calibrated input and output
+/// The static int8 kernel for `layer` from its trained or calibrated input and output
 /// observers (`what` and `why` name the layer and the likely cause in an error when one of them
 /// saw nothing).
-inline std::shared_ptr<StaticInt8Linear> static_kernel(const nn::LinearImpl& linear, const Observer& input,
-                                                       const Observer& output, Granularity granularity, bool reduce,
-                                                       const std::string& what, const std::string& why = "") {
-  const auto [in_scale, in_zp] = input.qparams(reduce, what + " input" + why);
-  const auto [out_scale, out_zp] = output.qparams(reduce, what + " output" + why);
-  return std::make_shared<StaticInt8Linear>(quantize_weight(linear.weight, granularity), float_bias(linear),
-                                            StaticInt8Linear::QParams{in_scale, in_zp},
-                                            StaticInt8Linear::QParams{out_scale, out_zp}, reduce ? 127 : 255);
+template <class Layer>
+std::shared_ptr<StaticInt8Kernel<Layer>> static_kernel(const Layer& layer, const ActivationObservers& observed,
+                                                       Granularity granularity, bool reduce, const std::string& what,
+                                                       const std::string& why = "") {
+  const auto [in_scale, in_zp] = observed.input.qparams(reduce, what + " input" + why);
+  const auto [out_scale, out_zp] = observed.output.qparams(reduce, what + " output" + why);
+  using Kernel = StaticInt8Kernel<Layer>;
+  return std::make_shared<Kernel>(layer, quantize_weight(layer.weight, granularity), float_bias(layer),
+                                  typename Kernel::QParams{in_scale, in_zp}, typename Kernel::QParams{out_scale, out_zp},
+                                  reduce ? 127 : 255);
 }
 
 } // namespace detail
@@ -134,13 +150,22 @@ public:
     torch::nn::Module& module = *model;
     const auto params = module.parameters();
     const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
-    std::vector<std::pair<nn::LinearImpl*, std::shared_ptr<detail::Observing>>> observing;
-    for (auto& [name, linear] : detail::quantizable_linears(module, options_.keep_float)) {
-      auto o = std::make_shared<detail::Observing>(linear->extension(), options_.activations);
-      observing.emplace_back(linear, o);
-      linear->attach(o);
-    }
+    std::vector<std::pair<std::string, std::shared_ptr<ActivationObservers>>> observing;
+    std::vector<std::function<void()>> undo;
+    detail::for_each_quantizable(module, options_.keep_float, [&]<class Layer>(const std::string& name, Layer* layer) {
+      auto o = std::make_shared<detail::Observing<Layer>>(layer->extension(), options_.activations);
+      observing.emplace_back(name, o->seen);
+      undo.push_back([layer, inner = o->inner] {
+        if (inner) layer->attach(inner);
+        else layer->detach();
+      });
+      layer->attach(o);
+    });
     const bool was_training = module.is_training();
+    const auto restore = [&] {
+      for (auto& f : undo) f();
+      module.train(was_training);
+    };
     module.eval();
     std::int64_t seen = 0;
     try {
@@ -151,15 +176,13 @@ public:
         ++seen;
       }
     } catch (...) {
-      restore(observing, module, was_training);
+      restore();
       throw;
     }
-    restore(observing, module, was_training);
+    restore();
     ftopt::detail::check(seen > 0, "quant::StaticInt8::calibrate: the calibration set is empty");
     ranges_.clear();
-    auto names = detail::quantizable_linears(module, options_.keep_float);
-    for (std::size_t i = 0; i < observing.size(); ++i)
-      ranges_.emplace(names[i].first, std::pair{observing[i].second->input, observing[i].second->output});
+    for (auto& [name, observed] : observing) ranges_.emplace(name, *observed);
     batches_ = seen;
   }
 
@@ -172,40 +195,30 @@ public:
     const bool reduce = reduce_range(engine);
     torch::NoGradGuard no_grad;
     quantized_.clear();
-    for (auto& [name, linear] : detail::quantizable_linears(module, options_.keep_float)) {
-      ftopt::detail::check(!linear->extension() || !linear->extension()->changes_forward(), "quant::StaticInt8: layer '",
+    detail::for_each_quantizable(module, options_.keep_float, [&]<class Layer>(const std::string& name, Layer* layer) {
+      ftopt::detail::check(!layer->extension() || !layer->extension()->changes_forward(), "quant::StaticInt8: layer '",
                            name, "' carries another extension (an unmerged adapter?); merge it before converting");
       auto found = ranges_.find(name);
       ftopt::detail::check(found != ranges_.end(), "quant::StaticInt8: layer '", name,
                            "' was not calibrated (was the model changed after calibrate?)");
-      linear->attach(detail::static_kernel(*linear, found->second.first, found->second.second, options_.granularity,
-                                           reduce, "layer '" + name + "'"));
+      layer->attach(detail::static_kernel(*layer, found->second, options_.granularity, reduce, "layer '" + name + "'"));
       quantized_.push_back(name);
-    }
+    });
   }
 
   const std::vector<std::string>& quantized() const { return quantized_; }
   /// Calibration batches seen by the last calibrate().
   std::int64_t calibration_batches() const { return batches_; }
-  /// The observers of a layer after calibrate(): (input, output).
-  const std::pair<Observer, Observer>& observers(const std::string& layer) const {
+  /// The observers of a layer after calibrate().
+  const ActivationObservers& observers(const std::string& layer) const {
     auto found = ranges_.find(layer);
     ftopt::detail::check(found != ranges_.end(), "quant::StaticInt8: no observers for layer '", layer, "'");
     return found->second;
   }
 
 private:
-  static void restore(std::vector<std::pair<nn::LinearImpl*, std::shared_ptr<detail::Observing>>>& observing,
-                      torch::nn::Module& module, bool was_training) {
-    for (auto& [linear, o] : observing) {
-      if (o->inner) linear->attach(o->inner);
-      else linear->detach();
-    }
-    module.train(was_training);
-  }
-
   StaticInt8Options options_;
-  std::map<std::string, std::pair<Observer, Observer>> ranges_;
+  std::map<std::string, ActivationObservers> ranges_;
   std::vector<std::string> quantized_;
   std::int64_t batches_ = 0;
 };
