@@ -1,5 +1,7 @@
 // Inference with quant::DynamicInt8 against float, side by side in one run: the main job's ViT
-// (d 64), a wider ViT (d 256, 6 layers) and an MLP (784-1024-1024-10), batch 256, one thread;
+// (d 64), a wider ViT (d 256, 6 layers), an MLP (784-1024-1024-10) and a small ResNet (basic
+// blocks [1,1,1], widths 32-64-128, whose convolutions only the static policy quantizes),
+// batch 256, one thread;
 // dynamic int8 with per-tensor and per-channel weights, static int8 (calibrated on the batch
 // itself); and each model's size on disk (safetensors) in float
 // and after quant::save_int8.
@@ -27,6 +29,12 @@ ftopt::models::ViT vit(std::int64_t hidden, std::int64_t layers) {
 ftopt::models::Mlp mlp() {
   torch::manual_seed(0);
   return ftopt::models::Mlp({.in = 784, .hidden = {1024, 1024}, .out = 10});
+}
+
+ftopt::models::ResNet resnet() {
+  torch::manual_seed(0);
+  return ftopt::models::ResNet({.layers = {1, 1, 1}, .widths = {32, 64, 128}, .in_channels = 1, .num_classes = 10,
+                                .stem = ftopt::models::ResNetStem::Small});
 }
 
 template <class Make>
@@ -66,5 +74,6 @@ void inference(benchmark::State& state, Make make) {
 BENCHMARK_CAPTURE(inference, vit_d64_main_job, [] { return vit(64, 4); })->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(inference, vit_d256_6_layers, [] { return vit(256, 6); })->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(inference, mlp_784_1024_1024_10, mlp)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(inference, resnet_small_32_64_128, resnet)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -4,12 +4,16 @@
 #include <ftopt/axis.hpp>
 #include <ftopt/batch.hpp>
 #include <ftopt/callbacks/callback.hpp>
+#include <ftopt/callbacks/profile.hpp>
 #include <ftopt/callbacks/progress_bar.hpp>
 #include <ftopt/data/fashion_mnist.hpp>
 #include <ftopt/data/idx.hpp>
 #include <ftopt/data/tensor_batches.hpp>
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/error.hpp>
+#include <ftopt/grid/grid.hpp>
+#include <ftopt/grid/report.hpp>
+#include <ftopt/grid/run.hpp>
 #include <ftopt/hardware.hpp>
 #include <ftopt/memory/checkpoint.hpp>
 #include <ftopt/memory/none.hpp>

@@ -10,7 +10,8 @@
 ///   Model:     `static constexpr bool has_prefix_attention` in its module class
 ///   Model:     `static constexpr bool has_checkpointable_blocks` in its module class
 /// A broken rule is one static_assert with a sentence naming the axes, the policies' property
-/// and the fix; the compiler's note names the policies.
+/// and the fix; the compiler's note names the policies. broken_rule / broken_model_rule give
+/// the same verdict as a value (a short name, or nullptr), for grids that skip combinations.
 
 #include <type_traits>
 #include <utility>
@@ -56,15 +57,31 @@ inline constexpr bool has_checkpointable_blocks =
     is_sequential<M> ||
     requires { requires std::remove_cvref_t<decltype(*std::declval<M&>())>::has_checkpointable_blocks; };
 
+/// The rules by short name: what a grid lists beside a combination it skips (grid/grid.hpp).
+namespace rule {
+inline constexpr const char* prefix_needs_attention = "prefix tuning needs a model whose attention takes prefixes";
+inline constexpr const char* checkpoint_needs_blocks = "checkpointing needs a model with checkpointable blocks";
+inline constexpr const char* fake_quant_under_fp16 = "fake-quant training cannot run under fp16 autocast";
+} // namespace rule
+
+/// The first rule model M breaks with these policies, or nullptr.
+template <class Peft, class Memory, class M>
+constexpr const char* broken_model_rule() {
+  if (needs_prefix_attention<Peft> && !has_prefix_attention<M>) return rule::prefix_needs_attention;
+  if (needs_checkpointable_blocks<Memory> && !has_checkpointable_blocks<M>) return rule::checkpoint_needs_blocks;
+  return nullptr;
+}
+
 /// true, or a static_assert naming the rule the model breaks for these policies.
 template <class Peft, class Memory, class M>
 consteval bool check_model_for() {
-  if constexpr (needs_prefix_attention<Peft> && !has_prefix_attention<M>)
+  constexpr const char* broken = broken_model_rule<Peft, Memory, M>();
+  if constexpr (broken == rule::prefix_needs_attention)
     static_assert(detail::dependent_false<Peft, M>,
                   "ftopt::Trainer: this Peft policy (prefix tuning) needs a model whose attention "
                   "layers take prefixes (like models::ViT); this model has none: use peft::Lora or "
                   "peft::Adapter with it.");
-  if constexpr (needs_checkpointable_blocks<Memory> && !has_checkpointable_blocks<M>)
+  if constexpr (broken == rule::checkpoint_needs_blocks)
     static_assert(detail::dependent_false<Memory, M>,
                   "ftopt::Trainer: this Memory policy (checkpointing) needs a torch::nn::Sequential or "
                   "a model with checkpointable blocks (like models::ViT or models::ResNet); for your "
@@ -77,10 +94,18 @@ consteval bool check_model_for() {
 template <class Quant>
 inline constexpr bool trains_fake_quantized = requires { requires Quant::fake_quant_training; };
 
+/// The first rule the combination breaks, or nullptr.
+template <class Precision, class Peft, class Memory, class Parallel, class Quant>
+constexpr const char* broken_rule() {
+  if (autocasts_to_fp16<Precision> && trains_fake_quantized<Quant>) return rule::fake_quant_under_fp16;
+  return nullptr;
+}
+
 /// true, or a static_assert naming the first rule the combination breaks.
 template <class Precision, class Peft, class Memory, class Parallel, class Quant>
 consteval bool check_combination() {
-  if constexpr (autocasts_to_fp16<Precision> && trains_fake_quantized<Quant>)
+  constexpr const char* broken = broken_rule<Precision, Peft, Memory, Parallel, Quant>();
+  if constexpr (broken == rule::fake_quant_under_fp16)
     static_assert(detail::dependent_false<Precision, Quant>,
                   "ftopt::Trainer: fake-quant training (this Quant policy) cannot run under fp16 "
                   "autocast (this Precision policy): ftopt computes fake-quant scales and zero "

@@ -42,6 +42,7 @@
 #include <ftopt/detail/clip_grad_norm.hpp>
 #include <ftopt/detail/clock.hpp>
 #include <ftopt/detail/meter.hpp>
+#include <ftopt/detail/phase.hpp>
 #include <ftopt/detail/slot_checks.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/hardware.hpp>
@@ -173,6 +174,7 @@ public:
     static_assert(Batch<B>, "ftopt::Trainer::train_step: the batch must be an (input, target) "
                             "pair of tensors or have .data and .target (include/ftopt/batch.hpp).");
     auto t0 = Clock::now();
+    detail::Phase phase("ftopt::forward");
     const torch::Tensor input = policy_input(to_device(input_of(batch)));
     const torch::Tensor target = to_device(target_of(batch));
     const std::int64_t accumulation = memory_.accumulation();
@@ -190,6 +192,7 @@ public:
       if (options_.on_non_finite_loss == NonFiniteLoss::Error) check_finite(loss);
     auto t1 = Clock::now();
 
+    phase.next("ftopt::backward");
     parallel_.before_backward(output, sync);
     const auto backward = [&] { precision_.backward(accumulation == 1 ? loss : loss / static_cast<double>(accumulation)); };
     // A policy that communicates during backward names a lost rank if it fails (parallel::Ddp).
@@ -199,6 +202,7 @@ public:
     auto t2 = Clock::now();
 
     ++micro_;
+    phase.next("ftopt::optimizer_step");
     if (sync) optimizer_step(optimizer);
     record(loss, output, target);
     auto t3 = Clock::now();
@@ -433,10 +437,12 @@ private:
     const auto end = std::ranges::end(batches);
     detail::check(it != end, "Trainer::fit: the batch range is empty in epoch ", run_.fit.epoch);
     while (it != end) {
+      std::optional<detail::Phase> waiting(std::in_place, "ftopt::data");
       decltype(auto) batch = *it;
       const torch::Tensor input = input_of(batch), target = target_of(batch);
       ++it;
       const bool last = it == end;
+      waiting.reset();
       run_.phases.data += detail::seconds_since(wait_start);
       train_step(model, optimizer, std::pair{input, target}, last);
       auto& s = run_.fit;

@@ -30,6 +30,7 @@ namespace ftopt::memory {
 
 struct Checkpoint {
   using axis = ftopt::axis::Memory;
+  static constexpr const char* name = "checkpoint";  ///< in grids, tables and flags
   /// The Trainer rejects, at compile time, a model without checkpointable blocks.
   static constexpr bool needs_checkpointable_blocks = true;
 

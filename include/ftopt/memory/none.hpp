@@ -13,6 +13,7 @@ namespace ftopt::memory {
 
 struct None {
   using axis = ftopt::axis::Memory;
+  static constexpr const char* name = "none";  ///< in grids, tables and flags
 
   /// Micro-batches per optimizer step.
   std::int64_t accumulate = 1;

@@ -106,6 +106,7 @@ std::unique_ptr<R> make_reducer(std::vector<at::Tensor> params, std::vector<std:
 class Ddp {
 public:
   using axis = ftopt::axis::Parallel;
+  static constexpr const char* name = "ddp";  ///< in grids, tables and flags
 
   Ddp() : Ddp(DdpOptions{}) {}
   explicit Ddp(DdpOptions options)

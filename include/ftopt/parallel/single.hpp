@@ -10,6 +10,7 @@ namespace ftopt::parallel {
 
 struct Single {
   using axis = ftopt::axis::Parallel;
+  static constexpr const char* name = "single";  ///< in grids, tables and flags
 
   void setup(torch::nn::Module&, const std::vector<torch::Tensor>&) {}
   void before_forward(bool) {}

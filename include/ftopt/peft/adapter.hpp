@@ -69,6 +69,7 @@ private:
 class Adapter {
 public:
   using axis = ftopt::axis::Peft;
+  static constexpr const char* name = "adapter";  ///< in grids, tables and flags
 
   Adapter(AdapterOptions options = {}) : options_(std::move(options)) {}  // NOLINT: implicit
 

@@ -20,6 +20,7 @@ namespace ftopt::peft {
 
 struct Freeze {
   using axis = ftopt::axis::Peft;
+  static constexpr const char* name = "freeze";  ///< in grids, tables and flags
 
   /// Train only what these match (all other parameters freeze); empty: train everything
   /// that `freeze` does not name.

@@ -10,6 +10,7 @@ namespace ftopt::peft {
 
 struct Full {
   using axis = ftopt::axis::Peft;
+  static constexpr const char* name = "full";  ///< in grids, tables and flags
 
   void attach(torch::nn::Module&) {}
 

@@ -94,6 +94,7 @@ struct LoraOptions {
 class Lora {
 public:
   using axis = ftopt::axis::Peft;
+  static constexpr const char* name = "lora";  ///< in grids, tables and flags
 
   Lora(LoraOptions options = {}) : options_(std::move(options)) {}  // NOLINT: implicit, for Lora({.r = 8})
 

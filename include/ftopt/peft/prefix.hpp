@@ -89,6 +89,7 @@ private:
 class Prefix {
 public:
   using axis = ftopt::axis::Peft;
+  static constexpr const char* name = "prefix";  ///< in grids, tables and flags
   /// The Trainer rejects, at compile time, a model whose attention takes no prefix.
   static constexpr bool needs_prefix_attention = true;
 

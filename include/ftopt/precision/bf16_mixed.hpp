@@ -15,6 +15,7 @@ namespace ftopt::precision {
 
 struct Bf16Mixed : Unscaled {
   using axis = ftopt::axis::Precision;
+  static constexpr const char* name = "bf16";  ///< in grids, tables and flags
   static constexpr c10::ScalarType autocast_dtype = c10::ScalarType::BFloat16;
 
   void prepare(torch::nn::Module& module) { device_ = detail::device_of(module); }

@@ -13,6 +13,7 @@ namespace ftopt::precision {
 
 struct Bf16True : Unscaled {
   using axis = ftopt::axis::Precision;
+  static constexpr const char* name = "bf16-true";  ///< in grids, tables and flags
 
   void prepare(torch::nn::Module& module) { module.to(at::kBFloat16); }
   struct Scope {};

@@ -19,6 +19,7 @@ namespace ftopt::precision {
 
 struct Fp16Mixed {
   using axis = ftopt::axis::Precision;
+  static constexpr const char* name = "fp16";  ///< in grids, tables and flags
   static constexpr c10::ScalarType autocast_dtype = c10::ScalarType::Half;
   /// The Trainer lets the scaler skip steps with non-finite gradients instead of stopping.
   static constexpr bool skips_non_finite_steps = true;

@@ -10,6 +10,7 @@ namespace ftopt::precision {
 
 struct Fp32 : Unscaled {
   using axis = ftopt::axis::Precision;
+  static constexpr const char* name = "fp32";  ///< in grids, tables and flags
 
   /// Nothing is alive during the forward.
   struct Scope {};

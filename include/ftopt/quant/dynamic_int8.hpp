@@ -86,6 +86,7 @@ private:
 class DynamicInt8 {
 public:
   using axis = ftopt::axis::Quant;
+  static constexpr const char* name = "dynamic-int8";  ///< in grids, tables and flags
 
   DynamicInt8() = default;
   explicit DynamicInt8(DynamicInt8Options options) : options_(std::move(options)) {}

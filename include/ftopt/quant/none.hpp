@@ -7,6 +7,7 @@ namespace ftopt::quant {
 
 struct None {
   using axis = ftopt::axis::Quant;
+  static constexpr const char* name = "none";  ///< in grids, tables and flags
 
   void prepare(torch::nn::Module&) {}
   void convert(torch::nn::Module&) {}

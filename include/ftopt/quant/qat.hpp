@@ -125,6 +125,7 @@ public:
 class Qat {
 public:
   using axis = ftopt::axis::Quant;
+  static constexpr const char* name = "qat";  ///< in grids, tables and flags
   static constexpr bool fake_quant_training = true;
 
   Qat() = default;

@@ -133,6 +133,7 @@ std::shared_ptr<StaticInt8Kernel<Layer>> static_kernel(const Layer& layer, const
 class StaticInt8 {
 public:
   using axis = ftopt::axis::Quant;
+  static constexpr const char* name = "static-int8";  ///< in grids, tables and flags
 
   StaticInt8() = default;
   explicit StaticInt8(StaticInt8Options options) : options_(std::move(options)) {}

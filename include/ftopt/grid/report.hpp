@@ -1,0 +1,304 @@
+#pragma once
+/// grid::Report: what running a grid measured, as a table (terminal, Markdown, JSON) and a
+/// speed-accuracy plot (SVG, written here): step time against accuracy, peak memory as marker
+/// size, the Pareto front (no other combination both faster and more accurate) highlighted,
+/// and every combination more than `bound` below the baseline's accuracy flagged.
+///
+///   grid::Report report = grid::run<Grid>(...);     // grid/run.hpp
+///   report.print(std::cout);
+///   report.write("docs/grid");                       // grid.md, grid.json, grid.svg
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <ftopt/detail/atomic_file.hpp>
+#include <ftopt/error.hpp>
+#include <ftopt/grid/grid.hpp>
+
+namespace ftopt::grid {
+
+/// One combination's measurements.
+struct Result {
+  Combination combination;
+  double step_ms = 0;             ///< mean training step (micro-batch) time, after the first step
+  double samples_per_second = 0;  ///< training throughput
+  double peak_mib = 0;            ///< peak memory while training (memory::peak)
+  std::int64_t trainable = 0;     ///< trainable parameters
+  double accuracy = 0;            ///< held-out accuracy of the final (merged, converted) model
+  double inference_ms = 0;        ///< held-out evaluation time of the final model
+  std::string error;              ///< why it did not run ("" when it did)
+  bool flagged = false;           ///< accuracy more than the bound below the baseline's
+  bool pareto = false;            ///< on the speed-accuracy Pareto front
+  bool ran() const { return error.empty(); }
+};
+
+struct Report {
+  std::vector<Result> results;    ///< the baseline first
+  std::vector<Excluded> excluded;
+  double bound = 0.005;           ///< accuracy drop (a fraction: 0.005 = 0.5 points) flagged
+  std::string title = "ftopt policy grid";
+
+  const Result& baseline() const {
+    ftopt::detail::check(!results.empty() && results.front().ran(), "grid::Report: no baseline result");
+    return results.front();
+  }
+
+  /// Sets `flagged` and `pareto` from the measurements.
+  void mark() {
+    const double floor = baseline().accuracy - bound;
+    for (auto& r : results) {
+      r.flagged = r.ran() && r.accuracy < floor - 1e-12;
+      r.pareto = r.ran();
+      for (const auto& o : results)
+        if (&o != &r && o.ran() && o.step_ms <= r.step_ms && o.accuracy >= r.accuracy &&
+            (o.step_ms < r.step_ms || o.accuracy > r.accuracy))
+          r.pareto = false;
+    }
+  }
+
+  /// The fastest combination whose accuracy is within the bound of the baseline's.
+  const Result& fastest_within_bound() const {
+    const Result* best = &baseline();
+    for (const auto& r : results)
+      if (r.ran() && r.accuracy >= baseline().accuracy - bound - 1e-12 && r.step_ms < best->step_ms) best = &r;
+    return *best;
+  }
+
+  std::string markdown() const {
+    std::ostringstream out;
+    out << "| precision | peft | memory | parallel | quant | step ms | samples/s | speed-up | peak MiB | trainable "
+           "| accuracy | vs baseline | inference ms | |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& r : results) {
+      const auto& c = r.combination;
+      out << "| " << c.precision << " | " << c.peft << " | " << c.memory << " | " << c.parallel << " | " << c.quant
+          << " | ";
+      if (!r.ran()) {
+        out << "| | | | | | | | not run: " << escape_cell(r.error) << " |\n";
+        continue;
+      }
+      out << std::fixed << std::setprecision(1) << r.step_ms << " | " << std::setprecision(0) << r.samples_per_second
+          << " | " << std::setprecision(2) << baseline().step_ms / r.step_ms << "x | " << std::setprecision(1)
+          << r.peak_mib << " | " << r.trainable << " | " << std::setprecision(2) << 100 * r.accuracy << "% | "
+          << std::showpos << 100 * (r.accuracy - baseline().accuracy) << std::noshowpos << " | "
+          << std::setprecision(1) << r.inference_ms << " | " << notes(r) << " |\n";
+    }
+    for (const auto& e : excluded) out << "\nExcluded: " << e.combination.key() << " (" << e.rule << ")";
+    if (!excluded.empty()) out << '\n';
+    return out.str();
+  }
+
+  /// The same table for a terminal: aligned columns, no Markdown.
+  void print(std::ostream& out) const {
+    out << std::left << std::setw(38) << "combination" << std::right << std::setw(10) << "step ms" << std::setw(10)
+        << "speed-up" << std::setw(10) << "peak MiB" << std::setw(10) << "accuracy" << std::setw(9) << "vs base"
+        << "  notes\n";
+    for (const auto& r : results) {
+      out << std::left << std::setw(38) << r.combination.key() << std::right;
+      if (!r.ran()) {
+        out << "  not run: " << r.error << '\n';
+        continue;
+      }
+      out << std::fixed << std::setprecision(1) << std::setw(10) << r.step_ms << std::setw(9) << std::setprecision(2)
+          << baseline().step_ms / r.step_ms << "x" << std::setw(10) << std::setprecision(1) << r.peak_mib
+          << std::setw(9) << std::setprecision(2) << 100 * r.accuracy << "%" << std::setw(9) << std::showpos
+          << 100 * (r.accuracy - baseline().accuracy) << std::noshowpos << "  " << notes(r) << '\n';
+    }
+    for (const auto& e : excluded) out << "excluded: " << e.combination.key() << " (" << e.rule << ")\n";
+  }
+
+  std::string json() const {
+    std::ostringstream out;
+    out << std::setprecision(6) << "{\n  \"title\": " << quote(title) << ",\n  \"bound\": " << bound
+        << ",\n  \"results\": [";
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      const auto& c = r.combination;
+      out << (i ? "," : "") << "\n    {\"precision\": " << quote(c.precision) << ", \"peft\": " << quote(c.peft)
+          << ", \"memory\": " << quote(c.memory) << ", \"parallel\": " << quote(c.parallel)
+          << ", \"quant\": " << quote(c.quant);
+      if (r.ran())
+        out << ", \"step_ms\": " << r.step_ms << ", \"samples_per_second\": " << r.samples_per_second
+            << ", \"peak_mib\": " << r.peak_mib << ", \"trainable\": " << r.trainable << ", \"accuracy\": " << r.accuracy
+            << ", \"inference_ms\": " << r.inference_ms << ", \"flagged\": " << (r.flagged ? "true" : "false")
+            << ", \"pareto\": " << (r.pareto ? "true" : "false");
+      else out << ", \"error\": " << quote(r.error);
+      out << "}";
+    }
+    out << "\n  ],\n  \"excluded\": [";
+    for (std::size_t i = 0; i < excluded.size(); ++i)
+      out << (i ? "," : "") << "\n    {\"combination\": " << quote(excluded[i].combination.key())
+          << ", \"rule\": " << quote(excluded[i].rule) << "}";
+    out << (excluded.empty() ? "" : "\n  ") << "]\n}\n";
+    return out.str();
+  }
+
+  /// The speed-accuracy plot: x step time (ms), y accuracy (%), marker area proportional to
+  /// peak memory, the Pareto front joined by a line, flagged points in red, the baseline's
+  /// accuracy minus the bound as a dashed line.
+  std::string svg() const {
+    constexpr double width = 900, height = 560, left = 80, right = 260, top = 50, bottom = 60;
+    const double plot_w = width - left - right, plot_h = height - top - bottom;
+    std::vector<const Result*> ran;
+    for (const auto& r : results)
+      if (r.ran()) ran.push_back(&r);
+    ftopt::detail::check(!ran.empty(), "grid::Report::svg: no results to plot");
+    double x_lo = ran.front()->step_ms, x_hi = x_lo, y_lo = ran.front()->accuracy, y_hi = y_lo, mem_hi = 0;
+    for (const auto* r : ran) {
+      x_lo = std::min(x_lo, r->step_ms), x_hi = std::max(x_hi, r->step_ms);
+      y_lo = std::min(y_lo, r->accuracy), y_hi = std::max(y_hi, r->accuracy);
+      mem_hi = std::max(mem_hi, r->peak_mib);
+    }
+    const double floor = baseline().accuracy - bound;
+    y_lo = std::min(y_lo, floor);
+    const auto pad = [](double& lo, double& hi, double minimum) {
+      const double span = std::max(hi - lo, minimum);
+      lo -= 0.08 * span, hi += 0.08 * span;
+    };
+    pad(x_lo, x_hi, 1e-3 * std::max(1.0, x_hi));
+    pad(y_lo, y_hi, 0.01);
+    x_lo = std::max(0.0, x_lo);
+    const auto px = [&](double v) { return left + (v - x_lo) / (x_hi - x_lo) * plot_w; };
+    const auto py = [&](double v) { return top + (1 - (v - y_lo) / (y_hi - y_lo)) * plot_h; };
+    const auto radius = [&](double mib) { return 4 + 14 * std::sqrt(mem_hi > 0 ? mib / mem_hi : 0); };
+
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(1);
+    out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+        << "\" viewBox=\"0 0 " << width << ' ' << height << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+        << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+        << "<text x=\"" << left << "\" y=\"28\" font-size=\"16\" font-weight=\"bold\">" << text(title) << "</text>\n";
+    // Axes, ticks and grid lines.
+    out << "<g stroke=\"#888\" stroke-width=\"1\">\n"
+        << "<line x1=\"" << left << "\" y1=\"" << top + plot_h << "\" x2=\"" << left + plot_w << "\" y2=\""
+        << top + plot_h << "\"/>\n<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
+        << top + plot_h << "\"/>\n</g>\n";
+    for (double v : ticks(x_lo, x_hi))
+      out << "<line x1=\"" << px(v) << "\" y1=\"" << top << "\" x2=\"" << px(v) << "\" y2=\"" << top + plot_h
+          << "\" stroke=\"#eee\"/>\n<text x=\"" << px(v) << "\" y=\"" << top + plot_h + 18
+          << "\" text-anchor=\"middle\">" << number(v) << "</text>\n";
+    for (double v : ticks(y_lo, y_hi))
+      out << "<line x1=\"" << left << "\" y1=\"" << py(v) << "\" x2=\"" << left + plot_w << "\" y2=\"" << py(v)
+          << "\" stroke=\"#eee\"/>\n<text x=\"" << left - 8 << "\" y=\"" << py(v) + 4 << "\" text-anchor=\"end\">"
+          << number(100 * v) << "</text>\n";
+    out << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << height - 18
+        << "\" text-anchor=\"middle\">training step time (ms), lower is faster</text>\n"
+        << "<text transform=\"translate(22 " << top + plot_h / 2
+        << ") rotate(-90)\" text-anchor=\"middle\">held-out accuracy (%)</text>\n";
+    // The bound below the baseline.
+    out << "<line x1=\"" << left << "\" y1=\"" << py(floor) << "\" x2=\"" << left + plot_w << "\" y2=\"" << py(floor)
+        << "\" stroke=\"#c33\" stroke-dasharray=\"6 4\"/>\n<text x=\"" << left + plot_w - 4 << "\" y=\""
+        << py(floor) - 5 << "\" text-anchor=\"end\" fill=\"#c33\">baseline - " << number(100 * bound)
+        << " points</text>\n";
+    // The Pareto front, by step time.
+    std::vector<const Result*> front;
+    for (const auto* r : ran)
+      if (r->pareto) front.push_back(r);
+    std::sort(front.begin(), front.end(), [](auto* a, auto* b) { return a->step_ms < b->step_ms; });
+    if (front.size() > 1) {
+      out << "<polyline fill=\"none\" stroke=\"#2a7\" stroke-width=\"2\" points=\"";
+      for (const auto* r : front) out << px(r->step_ms) << ',' << py(r->accuracy) << ' ';
+      out << "\"/>\n";
+    }
+    // The points, largest first so small markers stay visible, labelled.
+    std::vector<const Result*> by_size = ran;
+    std::sort(by_size.begin(), by_size.end(), [](auto* a, auto* b) { return a->peak_mib > b->peak_mib; });
+    for (const auto* r : by_size) {
+      const char* fill = r->flagged ? "#e66" : r->pareto ? "#2a7" : "#69c";
+      out << "<circle cx=\"" << px(r->step_ms) << "\" cy=\"" << py(r->accuracy) << "\" r=\"" << radius(r->peak_mib)
+          << "\" fill=\"" << fill << "\" fill-opacity=\"0.55\" stroke=\"#333\"><title>" << text(r->combination.key())
+          << ": " << number(r->step_ms) << " ms, " << number(100 * r->accuracy) << "%, " << number(r->peak_mib)
+          << " MiB</title></circle>\n";
+    }
+    for (std::size_t i = 0; i < ran.size(); ++i) {
+      const auto* r = ran[i];
+      out << "<text x=\"" << px(r->step_ms) + radius(r->peak_mib) + 3 << "\" y=\"" << py(r->accuracy) + 4
+          << "\" font-size=\"10\">" << i + 1 << "</text>\n";
+    }
+    // Legend: numbers to combinations, colours, marker size.
+    double y = top;
+    out << "<g font-size=\"11\">\n";
+    for (std::size_t i = 0; i < ran.size(); ++i, y += 15)
+      out << "<text x=\"" << width - right + 16 << "\" y=\"" << y << "\">" << i + 1 << ". "
+          << text(ran[i]->combination.label()) << "</text>\n";
+    y += 10;
+    out << "<circle cx=\"" << width - right + 22 << "\" cy=\"" << y << "\" r=\"6\" fill=\"#2a7\" fill-opacity=\"0.55\" "
+        << "stroke=\"#333\"/><text x=\"" << width - right + 34 << "\" y=\"" << y + 4 << "\">Pareto front</text>\n";
+    y += 18;
+    out << "<circle cx=\"" << width - right + 22 << "\" cy=\"" << y << "\" r=\"6\" fill=\"#e66\" fill-opacity=\"0.55\" "
+        << "stroke=\"#333\"/><text x=\"" << width - right + 34 << "\" y=\"" << y + 4 << "\">below the bound</text>\n";
+    y += 18;
+    out << "<text x=\"" << width - right + 16 << "\" y=\"" << y + 4 << "\">marker area: peak memory (max "
+        << number(mem_hi) << " MiB)</text>\n</g>\n</svg>\n";
+    return out.str();
+  }
+
+  /// Writes `<stem>.md`, `<stem>.json` and `<stem>.svg` under `dir`, each atomically.
+  void write(const std::filesystem::path& dir, const std::string& stem = "grid") const {
+    std::filesystem::create_directories(dir);
+    for (const auto& [extension, content] : {std::pair{".md", markdown()}, {".json", json()}, {".svg", svg()}})
+      ftopt::detail::write_atomically(dir / (stem + extension), "grid::Report::write",
+                                      [&](std::ostream& out) { out << content; });
+  }
+
+private:
+  std::string notes(const Result& r) const {
+    std::string out;
+    if (&r == &results.front()) out = "baseline";
+    if (r.pareto) out += std::string(out.empty() ? "" : ", ") + "Pareto";
+    if (r.flagged) out += std::string(out.empty() ? "" : ", ") + "FLAGGED: accuracy below the bound";
+    return out;
+  }
+  static std::string escape_cell(const std::string& s) {
+    std::string out;
+    for (char c : s) out += c == '|' ? std::string("\\|") : c == '\n' ? std::string(" ") : std::string(1, c);
+    return out;
+  }
+  static std::string quote(const std::string& s) {
+    std::string out = "\"";
+    for (unsigned char c : s) {
+      if (c == '"' || c == '\\') out += '\\', out += static_cast<char>(c);
+      else if (c < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      } else out += static_cast<char>(c);
+    }
+    return out + "\"";
+  }
+  /// Text for an SVG element: &, < and > escaped.
+  static std::string text(const std::string& s) {
+    std::string out;
+    for (char c : s) out += c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : std::string(1, c);
+    return out;
+  }
+  static std::string number(double v) {
+    std::ostringstream out;
+    out << std::setprecision(v != 0 && std::abs(v) < 10 ? 2 : 0) << std::fixed << v;
+    if (std::abs(v) < 10 && v != 0) {
+      std::string s = out.str();
+      while (s.back() == '0') s.pop_back();
+      if (s.back() == '.') s.pop_back();
+      return s;
+    }
+    return out.str();
+  }
+  /// About five round tick values in [lo, hi].
+  static std::vector<double> ticks(double lo, double hi) {
+    const double raw = (hi - lo) / 5;
+    const double magnitude = std::pow(10, std::floor(std::log10(raw)));
+    const double step = magnitude * (raw / magnitude >= 5 ? 5 : raw / magnitude >= 2 ? 2 : 1);
+    std::vector<double> out;
+    for (double v = std::ceil(lo / step) * step; v <= hi + 1e-12; v += step) out.push_back(v);
+    return out;
+  }
+};
+
+} // namespace ftopt::grid

@@ -1,0 +1,209 @@
+#pragma once
+/// Running a grid: each valid combination trains a fresh model for a fixed number of steps
+/// and is evaluated on held-out data after Trainer::finalize (adapters merged, int8 converted),
+/// against the fp32 full fine-tuning baseline run first in the same process. `autotune` does
+/// the same within a time budget and picks the fastest combination whose accuracy stays
+/// within the bound.
+///
+///   auto report = grid::run<Grid>(make_model, train_batches, test_batches,
+///                                 {.steps = 60, .lr = 1e-3}, grid::Settings(lora, adapter));
+///   auto choice = grid::autotune<Grid>(make_model, train_batches, test_batches,
+///                                      {.steps = 30, .budget_seconds = 120});
+///   choice.best;       // a grid::Combination; Grid::visit(choice.best, f) trains it for real
+///   choice.evidence;   // the report it was chosen from
+///
+/// A combination that throws (a policy that refuses the model, say) is reported "not run" with
+/// the error, and the others go on.
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <torch/optim/adamw.h>
+
+#include <ftopt/callbacks/callback.hpp>
+#include <ftopt/grid/grid.hpp>
+#include <ftopt/grid/report.hpp>
+#include <ftopt/trainer.hpp>
+
+namespace ftopt::grid {
+
+/// The policy objects a grid constructs its Trainers from, by type: a policy given here is
+/// copied into every combination that uses its type; any other is default-constructed.
+template <class... Given>
+class Settings {
+public:
+  explicit Settings(Given... given) : given_(std::move(given)...) {}
+
+  template <class P>
+  P get() const {
+    if constexpr ((std::is_same_v<P, Given> || ...)) return std::get<P>(given_);
+    else return P{};
+  }
+
+private:
+  std::tuple<Given...> given_;
+};
+
+using OptimizerFactory =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<torch::Tensor>&, double lr)>;
+
+/// AdamW with weight decay 0.05, the main job's optimizer.
+inline std::unique_ptr<torch::optim::Optimizer> adamw(const std::vector<torch::Tensor>& params, double lr) {
+  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(lr).weight_decay(0.05));
+}
+
+struct RunOptions {
+  TrainerOptions trainer;       ///< epochs are set from `steps`; a schedule spans `steps`
+  std::int64_t steps = 40;      ///< training micro-batches per combination
+  double lr = 1e-3;
+  /// Learning-rate multipliers by Peft policy name: adapters want a larger rate than full
+  /// fine-tuning (HF PEFT's examples use ~10x; the main job uses 3x).
+  std::map<std::string, double> lr_scale{{"lora", 3.0}, {"adapter", 3.0}, {"prefix", 3.0}};
+  double bound = 0.005;         ///< accuracy drop flagged, and the most autotune accepts
+  double budget_seconds = 0;    ///< autotune: no combination starts after this long (0: no limit)
+  OptimizerFactory optimizer = adamw;
+  std::ostream* log = nullptr;  ///< one line per combination when set
+
+  void validate() const {
+    ftopt::detail::check(steps >= 2, "grid::RunOptions: steps must be >= 2 (the first step is not timed), got ",
+                         steps);
+    ftopt::detail::check(lr > 0, "grid::RunOptions: lr must be > 0, got ", lr);
+    ftopt::detail::check(bound >= 0, "grid::RunOptions: bound must be >= 0, got ", bound);
+    ftopt::detail::check(budget_seconds >= 0, "grid::RunOptions: budget_seconds must be >= 0, got ", budget_seconds);
+    ftopt::detail::check(static_cast<bool>(optimizer), "grid::RunOptions: optimizer is empty");
+  }
+};
+
+namespace detail {
+
+/// Times each training step after the first, and stops fit after `steps`.
+struct StepClock {
+  std::int64_t steps;
+  std::int64_t done = 0;
+  std::chrono::steady_clock::time_point first_end;
+  double timed_seconds = 0;  ///< from the end of the first step to the end of the last
+
+  Signal on_step_end(const FitState&) {
+    const auto now = std::chrono::steady_clock::now();
+    if (++done == 1) first_end = now;
+    else timed_seconds = std::chrono::duration<double>(now - first_end).count();
+    return done >= steps ? Signal::Stop : Signal::Continue;
+  }
+};
+
+} // namespace detail
+
+/// Trains and evaluates one combination (Trainer type T) on a fresh model.
+template <class T, class MakeModel, class Train, class Test, class S>
+Result run_one(const Combination& combination, MakeModel& make_model, Train& train, Test& test,
+               const RunOptions& options, const S& settings) {
+  Result result{.combination = combination};
+  try {
+    auto model = make_model();
+    TrainerOptions trainer_options = options.trainer;
+    trainer_options.report_hardware = false;
+    const std::int64_t per_epoch = static_cast<std::int64_t>(std::ranges::size(train));
+    ftopt::detail::check(per_epoch > 0, "grid: the training batches are empty");
+    trainer_options.epochs = (options.steps + per_epoch - 1) / per_epoch;
+    if (trainer_options.schedule && trainer_options.schedule->total_steps == 0)
+      trainer_options.schedule->total_steps = options.steps;
+    T trainer(trainer_options, settings.template get<typename T::precision_type>(),
+              settings.template get<typename T::peft_type>(), settings.template get<typename T::memory_type>(),
+              settings.template get<typename T::parallel_type>(), settings.template get<typename T::quant_type>());
+    const auto& params = trainer.prepare(model);
+    const auto scale = options.lr_scale.find(combination.peft);
+    auto optimizer = options.optimizer(params, options.lr * (scale == options.lr_scale.end() ? 1.0 : scale->second));
+    detail::StepClock clock{options.steps};
+    const FitSummary fit = trainer.fit(model, *optimizer, train, clock);
+    std::size_t peak = 0;
+    std::int64_t samples = 0, steps = 0;
+    for (const auto& e : fit.epochs) {
+      peak = std::max(peak, e.peak_memory);
+      samples += e.samples;
+      steps += e.steps;
+    }
+    ftopt::detail::check(clock.done >= 2, "grid: ", combination.key(), " ran fewer than 2 steps");
+    result.step_ms = 1e3 * clock.timed_seconds / static_cast<double>(clock.done - 1);
+    result.samples_per_second = static_cast<double>(samples) / static_cast<double>(steps) / (result.step_ms / 1e3);
+    result.peak_mib = static_cast<double>(peak) / (1 << 20);
+    for (const auto& p : params) result.trainable += p.numel();
+    trainer.finalize(model);
+    const EvalStats eval = trainer.evaluate(model, test);
+    result.accuracy = eval.accuracy.value_or(0);
+    result.inference_ms = 1e3 * eval.seconds;
+  } catch (const std::exception& e) {
+    result.error = e.what();
+  }
+  if (options.log) {
+    *options.log << "grid: " << combination.key();
+    if (result.ran())
+      *options.log << ": " << result.step_ms << " ms/step, accuracy " << 100 * result.accuracy << "%\n";
+    else *options.log << ": not run: " << result.error << '\n';
+  }
+  return result;
+}
+
+namespace detail {
+
+template <class G, class MakeModel, class Train, class Test, class S>
+Report run_grid(MakeModel& make_model, Train& train, Test& test, const RunOptions& options, const S& settings,
+                bool budgeted) {
+  options.validate();
+  using M = std::remove_cvref_t<decltype(make_model())>;
+  Report report;
+  report.bound = options.bound;
+  report.excluded = G::template excluded<M>();
+  const auto start = std::chrono::steady_clock::now();
+  const Combination baseline;
+  report.results.push_back(run_one<Trainer<>>(baseline, make_model, train, test, options, settings));
+  ftopt::detail::check(report.results.front().ran(), "grid: the baseline (", baseline.key(),
+                       ") failed: ", report.results.front().error);
+  G::template for_each<M>([&]<class T>(const Combination& c) {
+    if (c == baseline) return;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (budgeted && options.budget_seconds > 0 && elapsed > options.budget_seconds) {
+      report.results.push_back({.combination = c, .error = "the time budget was spent"});
+      return;
+    }
+    report.results.push_back(run_one<T>(c, make_model, train, test, options, settings));
+  });
+  report.mark();
+  return report;
+}
+
+} // namespace detail
+
+/// Runs every valid combination of grid G (and the baseline first) on fresh models from
+/// `make_model`: `options.steps` training steps on `train` (a sized batch range), evaluation on
+/// `test`. The report is marked (flagged, Pareto).
+template <class G, class MakeModel, class Train, class Test, class S = Settings<>>
+Report run(MakeModel make_model, Train&& train, Test&& test, const RunOptions& options = {}, const S& settings = S{}) {
+  return detail::run_grid<G>(make_model, train, test, options, settings, /*budgeted=*/false);
+}
+
+struct Choice {
+  Combination best;  ///< the fastest combination within the bound (the baseline when none is)
+  Report evidence;
+};
+
+/// Runs the grid briefly (options.steps per combination, within options.budget_seconds) on the
+/// user's model and data, and chooses the fastest combination whose held-out accuracy is within
+/// options.bound of the baseline's.
+template <class G, class MakeModel, class Train, class Test, class S = Settings<>>
+Choice autotune(MakeModel make_model, Train&& train, Test&& test, const RunOptions& options = {},
+                const S& settings = S{}) {
+  Report report = detail::run_grid<G>(make_model, train, test, options, settings, /*budgeted=*/true);
+  Combination best = report.fastest_within_bound().combination;
+  return {std::move(best), std::move(report)};
+}
+
+} // namespace ftopt::grid

@@ -1,0 +1,249 @@
+// The policy grid: the cartesian product filtered by the combination rules at compile time,
+// selection by name at run time, the report (flags, Pareto front, Markdown, JSON, SVG), runs
+// and autotune on a small model, and the profiler's Chrome trace.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+#include <ftopt/callbacks/profile.hpp>
+#include <ftopt/grid/run.hpp>
+
+#include "../support.hpp"
+
+using namespace ftopt;
+using Catch::Matchers::Contains;
+
+namespace grid_test {
+
+// 2 x 2 x 2 x 1 x 2 = 16 combinations.
+using Small = grid::Grid<grid::Axis<precision::Fp32, precision::Fp16Mixed>, grid::Axis<peft::Full, peft::Prefix>,
+                         grid::Axis<memory::None, memory::Checkpoint>, grid::Axis<parallel::Single>,
+                         grid::Axis<quant::None, quant::Qat>>;
+
+static_assert(Small::size() == 16);
+// Model-independent rules only: fp16 with fake-quant training is out (2 peft x 2 memory).
+static_assert(Small::valid_size() == 12);
+// The ViT has prefix attention and checkpointable blocks: the same 12.
+static_assert(Small::valid_size<models::ViT>() == 12);
+// The MLP has neither: prefix and checkpoint are out too; left: {fp32, fp16} x full x none x
+// {none, qat}, minus fp16 + qat = 3.
+static_assert(Small::valid_size<models::Mlp>() == 3);
+
+/// Whether `text` is well-formed XML as far as an SVG needs: every tag closed in order, every
+/// attribute value quoted, no bare '&' or '<' in text.
+bool well_formed_xml(const std::string& text) {
+  std::vector<std::string> open;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] == '&') {
+      const auto semi = text.find(';', i);
+      if (semi == std::string::npos || semi - i > 6) return false;
+      i = semi + 1;
+      continue;
+    }
+    if (text[i] != '<') {
+      ++i;
+      continue;
+    }
+    const auto close = text.find('>', i);
+    if (close == std::string::npos) return false;
+    std::string tag = text.substr(i + 1, close - i - 1);
+    i = close + 1;
+    if (tag.starts_with("?")) continue;
+    if (tag.find('<') != std::string::npos) return false;
+    std::size_t quotes = 0;
+    for (char c : tag) quotes += c == '"';
+    if (quotes % 2 != 0) return false;
+    if (tag.starts_with("/")) {
+      if (open.empty() || open.back() != tag.substr(1)) return false;
+      open.pop_back();
+    } else if (!tag.ends_with("/")) {
+      open.push_back(tag.substr(0, tag.find_first_of(" \n")));
+    }
+  }
+  return open.empty();
+}
+
+grid::Result result(std::string peft, double step_ms, double accuracy, double mib = 1) {
+  grid::Result r;
+  r.combination.peft = std::move(peft);
+  r.step_ms = step_ms;
+  r.accuracy = accuracy;
+  r.peak_mib = mib;
+  return r;
+}
+
+} // namespace grid_test
+
+using namespace grid_test;
+
+TEST_CASE("Grid: the valid combinations, the excluded ones with their rule", "[grid]") {
+  const auto valid = Small::combinations<models::Mlp>();
+  REQUIRE(valid.size() == 3);
+  CHECK(valid[0].key() == "fp32/full/none/single/none");
+  CHECK(valid[1].key() == "fp32/full/none/single/qat");
+  CHECK(valid[2].key() == "fp16/full/none/single/none");
+  CHECK(valid[1].label() == "qat");
+  CHECK(valid[0].label() == "baseline");
+
+  const auto excluded = Small::excluded<models::Mlp>();
+  CHECK(excluded.size() == 13);
+  const auto rule_of = [&](const std::string& key) {
+    for (const auto& e : excluded)
+      if (e.combination.key() == key) return e.rule;
+    return std::string("(not excluded)");
+  };
+  CHECK(rule_of("fp16/full/none/single/qat") == rules::rule::fake_quant_under_fp16);
+  CHECK(rule_of("fp32/prefix/none/single/none") == rules::rule::prefix_needs_attention);
+  CHECK(rule_of("fp32/full/checkpoint/single/none") == rules::rule::checkpoint_needs_blocks);
+  CHECK(Small::excluded<models::ViT>().size() == 4);
+}
+
+TEST_CASE("Grid::visit: the Trainer named at run time, errors naming the axis or the rule", "[grid]") {
+  std::string visited;
+  Small::visit<models::ViT>(grid::Combination{"fp16", "prefix", "checkpoint"}, [&]<class T>(const grid::Combination& c) {
+    CHECK(std::is_same_v<T, Trainer<precision::Fp16Mixed, peft::Prefix, memory::Checkpoint>>);
+    visited = c.key();
+  });
+  CHECK(visited == "fp16/prefix/checkpoint/single/none");
+
+  const auto never = []<class T>(const grid::Combination&) { FAIL("no combination should run"); };
+  CHECK_THAT(test::message_of([&] { Small::visit<models::ViT>(grid::Combination{"fp32", "lora"}, never); }),
+             Contains("grid: peft 'lora' is not in this grid (peft: full, prefix)"));
+  CHECK_THAT(test::message_of([&] {
+               Small::visit<models::ViT>(grid::Combination{.precision = "fp16", .quant = "qat"}, never);
+             }),
+             Contains("grid: fp16/full/none/single/qat is excluded: fake-quant training cannot run under fp16"));
+}
+
+TEST_CASE("Report: flags below the bound, the Pareto front, Markdown, JSON and a well-formed SVG", "[grid]") {
+  grid::Report report;
+  report.bound = 0.005;
+  report.results = {result("full", 10, 0.900, 40), result("lora", 6, 0.897, 20), result("adapter", 7, 0.890, 25),
+                    result("prefix", 12, 0.905, 30), result("freeze", 11, 0.880, 10)};
+  report.results.push_back({.combination = grid::Combination{.quant = "qat"}, .error = "refused | badly"});
+  report.excluded = {{grid::Combination{.precision = "fp16", .quant = "qat"}, rules::rule::fake_quant_under_fp16}};
+  report.mark();
+  // Baseline 90.0%, bound 0.5 points: adapter (89.0) and freeze (88.0) are flagged.
+  CHECK_FALSE(report.results[1].flagged);
+  CHECK(report.results[2].flagged);
+  CHECK(report.results[4].flagged);
+  // The front: lora (fastest), prefix (most accurate), and full, which neither beats on both
+  // counts (lora is faster but less accurate, prefix more accurate but slower).
+  CHECK(report.results[0].pareto);
+  CHECK(report.results[1].pareto);
+  CHECK(report.results[3].pareto);
+  CHECK_FALSE(report.results[2].pareto);  // lora is faster and more accurate
+  CHECK_FALSE(report.results[4].pareto);
+  CHECK_FALSE(report.results[5].pareto);  // did not run
+  CHECK(report.fastest_within_bound().combination.peft == "lora");
+
+  const std::string md = report.markdown();
+  CHECK_THAT(md, Contains("| fp32 | lora | none | single | none | 6.0 |"));
+  CHECK_THAT(md, Contains("FLAGGED"));
+  CHECK_THAT(md, Contains("not run: refused \\| badly"));
+  CHECK_THAT(md, Contains("Excluded: fp16/full/none/single/qat (fake-quant training cannot run under fp16"));
+  const std::string json = report.json();
+  CHECK_THAT(json, Contains("\"peft\": \"adapter\""));
+  CHECK_THAT(json, Contains("\"flagged\": true"));
+  CHECK_THAT(json, Contains("\"error\": \"refused | badly\""));
+  CHECK(std::count(json.begin(), json.end(), '{') == std::count(json.begin(), json.end(), '}'));
+  std::ostringstream terminal;
+  report.print(terminal);
+  CHECK_THAT(terminal.str(), Contains("fp32/lora/none/single/none"));
+
+  report.title = "grid <test> & more";
+  const std::string svg = report.svg();
+  CHECK(well_formed_xml(svg));
+  CHECK_FALSE(well_formed_xml("<svg><g></svg>"));  // the checker can fail
+  CHECK_THAT(svg, Contains("grid &lt;test&gt; &amp; more"));
+  CHECK_THAT(svg, Contains("<polyline"));  // the front: full, lora, prefix
+  std::size_t circles = 0;
+  for (auto at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++circles;
+  CHECK(circles == 5 + 2);  // the results that ran, and two in the legend
+
+  test::ScratchDir dir("grid-report");
+  report.write(dir.path);
+  for (const char* file : {"grid.md", "grid.json", "grid.svg"}) CHECK(std::filesystem::exists(dir.path / file));
+}
+
+TEST_CASE("grid::run and autotune on a small model: baseline first, errors reported, the budget", "[grid]") {
+  using G = grid::Grid<grid::Axis<precision::Fp32>, grid::Axis<peft::Full, peft::Lora>, grid::Axis<memory::None>,
+                       grid::Axis<parallel::Single>, grid::Axis<quant::None, quant::DynamicInt8, quant::Qat>>;
+  auto train = test::random_batches(4, 32, 3);
+  auto held_out = test::random_batches(2, 64, 4);
+  const auto make = [] { return test::small_mlp(5); };
+  const grid::Settings settings(peft::Lora({.r = 2, .alpha = 4, .targets = {"0"}}));
+  const grid::RunOptions options{.trainer = test::quiet(), .steps = 6};
+
+  const auto report = grid::run<G>(make, train, held_out, options, settings);
+  REQUIRE(report.results.size() == 6);
+  CHECK(report.results[0].combination == grid::Combination{});
+  for (std::size_t i = 0; i < report.results.size(); ++i) {
+    const auto& r = report.results[i];
+    if (r.combination.peft == "lora" && r.combination.quant == "qat") {
+      CHECK_THAT(r.error, Contains("quant::Qat: layer 'layers.0' carries another extension"));
+      continue;
+    }
+    INFO(r.combination.key() << ": " << r.error);
+    REQUIRE(r.ran());
+    CHECK(r.step_ms > 0);
+    CHECK((r.accuracy >= 0 && r.accuracy <= 1));
+    CHECK(r.samples_per_second > 0);
+  }
+  // LoRA trains fewer parameters than full fine-tuning.
+  CHECK(report.results[3].combination.peft == "lora");
+  CHECK(report.results[3].trainable < report.results[0].trainable);
+
+  SECTION("autotune: the fastest within the bound") {
+    auto options_any = options;
+    options_any.bound = 1.0;  // every accuracy is within
+    const auto choice = grid::autotune<G>(make, train, held_out, options_any, settings);
+    const grid::Result* fastest = &choice.evidence.results.front();
+    for (const auto& r : choice.evidence.results)
+      if (r.ran() && r.step_ms < fastest->step_ms) fastest = &r;
+    CHECK(choice.best == fastest->combination);
+  }
+  SECTION("autotune: a spent budget runs only the baseline, and chooses it") {
+    auto hurried = options;
+    hurried.budget_seconds = 1e-9;
+    const auto choice = grid::autotune<G>(make, train, held_out, hurried, settings);
+    CHECK(choice.best == grid::Combination{});
+    CHECK(choice.evidence.results.size() == 6);
+    CHECK(choice.evidence.results[1].error == "the time budget was spent");
+  }
+  SECTION("bad options") {
+    auto bad = options;
+    bad.steps = 1;
+    CHECK_THAT(test::message_of([&] { grid::run<G>(make, train, held_out, bad, settings); }),
+               Contains("grid::RunOptions: steps must be >= 2"));
+  }
+}
+
+TEST_CASE("callbacks::Profile: a Chrome trace with ftopt's step phases and ATen's ops", "[grid][profile]") {
+  test::ScratchDir dir("profile");
+  auto model = test::small_mlp(6);
+  auto batches = test::random_batches(6, 16, 7);
+  Trainer<> trainer(test::quiet());
+  auto& params = trainer.prepare(model);
+  torch::optim::SGD optimizer(params, 0.1);
+  callbacks::Profile profile({.path = dir.path / "trace.json", .wait = 1, .steps = 2});
+  trainer.fit(model, optimizer, batches, profile);
+  REQUIRE(profile.written());
+  std::ifstream in(dir.path / "trace.json");
+  const std::string trace((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(trace.find('[') < trace.find('{'));  // a JSON array of events, as chrome://tracing reads
+  for (const char* name : {"ftopt::data", "ftopt::forward", "ftopt::backward", "ftopt::optimizer_step", "aten::addmm"})
+    CHECK_THAT(trace, Contains(name));
+  // Two steps recorded: two forwards.
+  std::size_t forwards = 0;
+  for (auto at = trace.find("\"ftopt::forward\""); at != std::string::npos; at = trace.find("\"ftopt::forward\"", at + 1))
+    ++forwards;
+  CHECK(forwards == 2);
+  CHECK_THAT(test::message_of([] { callbacks::Profile({.steps = 0}); }),
+             Contains("callbacks::Profile: wait must be >= 0 and steps >= 1, got wait 1, steps 0"));
+}
