@@ -6,16 +6,29 @@
 //
 //   build/examples/finetune [--model vit|resnet] [--epochs N] [--pretrain-epochs N] [--lr X]
 //                           [--precision auto|fp32|bf16] [--all-classes [--augment]]
+//                           [--peft full|lora|adapter] [--memory none|checkpoint] [--quant none|dynamic-int8]
+//                           [--auto [--budget SECONDS] [--grid-steps N]] [--grid DIR [--grid-steps N]]
+//                           [--profile FILE]
 //                           [--vit-hidden N] [--vit-layers N] [--vit-dropout P]
 //                           [--train-limit N] [--data DIR] [--cache DIR]
 //
 // --all-classes instead trains the model on all ten classes and reports its test accuracy, to
 // compare with the benchmark table in Fashion-MNIST's README.
+//
+// The ViT's policies can be chosen by name (--precision, --peft, --memory, --quant): the
+// combination is one of the main grid's Trainers, compiled in (grid::Grid::visit), trained
+// after the baseline. --auto lets grid::autotune choose: every combination trains briefly
+// (--grid-steps) on 90% of the training set and is scored on the other 10%, and the fastest
+// within 0.5 points of the baseline then trains for --epochs. --grid DIR runs the whole grid
+// with a fixed budget of steps, evaluates on the test set, and writes the report (Markdown,
+// JSON, SVG) to DIR. --profile FILE writes a Chrome trace of three training steps of the
+// first row.
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -42,8 +55,16 @@ struct Args {
   std::int64_t vit_hidden = 64;  // the ViT's width (MLP 2x) and depth
   std::int64_t vit_layers = 4;
   double vit_dropout = 0.0;  // the ViT's hidden dropout (HF: hidden_dropout_prob)
+  std::string peft, memory, quant;  // set: train this combination of the main grid
+  bool autotune = false;
+  double budget = 0;                 // --auto: seconds (0: no limit)
+  std::int64_t grid_steps = 100;     // --auto and --grid: training steps per combination
+  std::string grid_dir;              // --grid: where the report goes
+  std::string profile;               // --profile: Chrome trace of the first row
   std::string data = ftopt::data::default_fashion_mnist_dir().string();
   std::string cache;
+
+  bool named() const { return !peft.empty() || !memory.empty() || !quant.empty(); }
 };
 
 Args parse(int argc, char** argv) {
@@ -51,8 +72,8 @@ Args parse(int argc, char** argv) {
   if (const char* home = std::getenv("HOME")) args.cache = std::string(home) + "/.cache/ftopt";
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
-    if (flag == "--all-classes" || flag == "--augment") {
-      (flag == "--augment" ? args.augment : args.all_classes) = true;
+    if (flag == "--all-classes" || flag == "--augment" || flag == "--auto") {
+      (flag == "--augment" ? args.augment : flag == "--auto" ? args.autotune : args.all_classes) = true;
       continue;
     }
     ftopt::detail::check(i + 1 < argc, "finetune: ", flag, " needs a value");
@@ -66,10 +87,18 @@ Args parse(int argc, char** argv) {
     else if (flag == "--vit-hidden") args.vit_hidden = examples::count("finetune", flag, value);
     else if (flag == "--vit-layers") args.vit_layers = examples::count("finetune", flag, value);
     else if (flag == "--vit-dropout") args.vit_dropout = examples::fraction("finetune", flag, value);
+    else if (flag == "--peft") args.peft = value;
+    else if (flag == "--memory") args.memory = value;
+    else if (flag == "--quant") args.quant = value;
+    else if (flag == "--budget") args.budget = examples::positive("finetune", flag, value);
+    else if (flag == "--grid-steps") args.grid_steps = examples::count("finetune", flag, value);
+    else if (flag == "--grid") args.grid_dir = value;
+    else if (flag == "--profile") args.profile = value;
     else if (flag == "--data") args.data = value;
     else if (flag == "--cache") args.cache = value;
     else ftopt::detail::fail("finetune: unknown option ", flag, " (known: --model, --epochs, --pretrain-epochs, "
-                             "--all-classes, --precision, --augment, --lr, --vit-hidden, --vit-layers, --vit-dropout, "
+                             "--all-classes, --precision, --augment, --peft, --memory, --quant, --auto, --budget, "
+                             "--grid, --grid-steps, --profile, --lr, --vit-hidden, --vit-layers, --vit-dropout, "
                              "--train-limit, --data, --cache)");
   }
   ftopt::detail::check(args.model == "resnet" || args.model == "vit", "finetune: --model must be resnet or vit, got '",
@@ -80,6 +109,12 @@ Args parse(int argc, char** argv) {
   ftopt::detail::check(args.vit_hidden % 4 == 0 && args.vit_hidden > 0,
                        "finetune: --vit-hidden must be a positive multiple of the 4 heads, got ", args.vit_hidden);
   ftopt::detail::check(args.vit_layers >= 1, "finetune: --vit-layers must be >= 1");
+  const int modes = int(args.named()) + int(args.autotune) + int(!args.grid_dir.empty()) + int(args.all_classes);
+  ftopt::detail::check(modes <= 1, "finetune: choose one of --peft/--memory/--quant, --auto, --grid and --all-classes");
+  ftopt::detail::check(modes == 0 || args.all_classes || args.model == "vit",
+                       "finetune: --peft, --memory, --quant, --auto and --grid choose among the ViT's policy grid; "
+                       "use them with --model vit");
+  ftopt::detail::check(args.grid_steps >= 2, "finetune: --grid-steps must be >= 2, got ", args.grid_steps);
   return args;
 }
 
@@ -130,7 +165,9 @@ enum class Loading {
   Pipeline,  ///< pipeline::from | shuffle | [augment] | batch | prefetch: a worker keeps batches ready
 };
 
-template <class Trainer, class M>
+/// Trains one row. `Pipelines`: whether the pipeline loadings are compiled in (the grid's
+/// combinations train in memory only, which keeps the main grid's compile time down).
+template <bool Pipelines = true, class Trainer, class M>
 Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_set, const Prepared& test_set,
           double lr, Loading loading = Loading::InMemory, bool augmented = false, bool int8 = true) {
   namespace fp = ftopt::pipeline;
@@ -140,10 +177,12 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
   const auto& params = trainer.prepare(model);
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(lr).weight_decay(0.05));
   const auto fit = [&] {
-    if (loading == Loading::InMemory) {
+    if (!Pipelines || loading == Loading::InMemory) {
       ftopt::data::TensorBatches batches(train_set.images, train_set.labels, {.batch_size = 128, .seed = 1});
       return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
     }
+    if constexpr (!Pipelines) return ftopt::FitSummary{};
+    else {
     // Random crops of 70-100% of the image (aspect 0.9-1.1) resized back to 28x28, and flips.
     const fp::AugmentOptions random_crop_flip{.crop = fp::RandomResizedCrop{.size = 28, .scale = {0.7, 1.0},
                                                                             .ratio = {0.9, 1.1}},
@@ -156,6 +195,7 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
     }
     auto batches = std::move(samples) | fp::batch(128) | fp::prefetch(prefetched);
     return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
+    }
   }();
   std::size_t peak_bytes = 0;
   double seconds = 0, waiting = 0;
@@ -170,13 +210,18 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
           static_cast<double>(peak_bytes) / (1 << 20), numel(params), numel(model->parameters()),
           test.accuracy.value_or(0), seconds > 0 ? waiting / seconds : 0.0};
   if (!int8) return row;
-  // For inference: adapters merged (Trainer::finalize), then every Linear dynamically quantized.
-  trainer.finalize(model);
-  const auto merged = trainer.evaluate(model, test_batches);
-  ftopt::quant::DynamicInt8().convert(*model);
+  // For inference: adapters merged (Trainer::finalize), then every Linear dynamically quantized
+  // (by the combination's own Quant policy when it has one).
+  constexpr bool quantizes = !std::is_same_v<typename Trainer::quant_type, ftopt::quant::None>;
+  const double float_seconds = quantizes ? test.seconds : [&] {
+    trainer.finalize(model);
+    return trainer.evaluate(model, test_batches).seconds;
+  }();
+  if (quantizes) trainer.finalize(model);
+  else ftopt::quant::DynamicInt8().convert(*model);
   const auto quantized = trainer.evaluate(model, test_batches);
   row.int8_accuracy = quantized.accuracy.value_or(0);
-  row.int8_speedup = merged.seconds / quantized.seconds;
+  row.int8_speedup = float_seconds / quantized.seconds;
   std::cerr << "with quant::DynamicInt8: test accuracy " << 100.0 * row.int8_accuracy << "%, evaluation "
             << std::setprecision(2) << row.int8_speedup << "x the float model's speed\n";
   return row;
@@ -241,6 +286,122 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
                          ftopt::Trainer<Precision, ftopt::peft::Freeze, ftopt::memory::Checkpoint>(options, {}, freeze),
                          model, train_set, test_set, lr, Loading::Pipeline));
   }
+}
+
+namespace grid = ftopt::grid;
+
+/// The ViT's policy grid: what --peft/--memory/--quant name, --auto chooses from and --grid
+/// reports on. Every valid combination is a Trainer compiled into this program.
+using MainGrid = grid::Grid<grid::Axis<ftopt::precision::Fp32, ftopt::precision::Bf16Mixed>,
+                            grid::Axis<ftopt::peft::Full, ftopt::peft::Lora, ftopt::peft::Adapter>,
+                            grid::Axis<ftopt::memory::None, ftopt::memory::Checkpoint>,
+                            grid::Axis<ftopt::parallel::Single>,
+                            grid::Axis<ftopt::quant::None, ftopt::quant::DynamicInt8>>;
+
+/// The policies' settings in the grid: LoRA as in the best rows; bottleneck adapters (HF's
+/// default places: attention output and MLP output); both train the new head in full.
+auto grid_settings() {
+  return grid::Settings(ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
+                                           .modules_to_save = {"classifier"}}),
+                        ftopt::peft::Adapter({.modules_to_save = {"classifier"}}));
+}
+
+/// The grid's learning rates: adapters get 3x the full fine-tuning rate, as in the best rows.
+double grid_lr(const grid::Combination& c, double lr) { return c.peft == "full" ? lr : 3 * lr; }
+
+/// Trains the combination `wanted` of the main grid for the run's epochs.
+template <class Fresh>
+Row train_named(const grid::Combination& wanted, Fresh& fresh, const ftopt::TrainerOptions& options,
+                const Prepared& train_set, const Prepared& test_set, double lr) {
+  const auto settings = grid_settings();
+  Row row;
+  MainGrid::visit<ftopt::models::ViT>(wanted, [&]<class T>(const grid::Combination& c) {
+    auto model = fresh();
+    T trainer(options, settings.get<typename T::precision_type>(), settings.get<typename T::peft_type>(),
+              settings.get<typename T::memory_type>(), settings.get<typename T::parallel_type>(),
+              settings.get<typename T::quant_type>());
+    row = train</*Pipelines=*/false>(c.key(), std::move(trainer), model, train_set, test_set, grid_lr(c, lr));
+  });
+  return row;
+}
+
+/// A Chrome trace of three baseline training steps (after one unrecorded step).
+template <class Fresh>
+void profile_baseline(const std::string& path, Fresh& fresh, const ftopt::TrainerOptions& options,
+                      const Prepared& train_set, double lr) {
+  auto model = fresh();
+  ftopt::Trainer<> trainer(options);
+  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(lr).weight_decay(0.05));
+  const std::int64_t n = std::min<std::int64_t>(4 * 128, train_set.labels.size(0));
+  ftopt::data::TensorBatches batches(train_set.images.narrow(0, 0, n), train_set.labels.narrow(0, 0, n),
+                                     {.batch_size = 128, .shuffle = false});
+  trainer.fit(model, optimizer, batches, ftopt::callbacks::Profile({.path = path, .wait = 1, .steps = 3}));
+  std::cerr << "finetune: a Chrome trace of 3 baseline steps is in " << path
+            << " (open it in chrome://tracing or ui.perfetto.dev)\n";
+}
+
+grid::Combination named_combination(const Args& args, bool bf16) {
+  return {.precision = bf16 ? "bf16" : "fp32", .peft = args.peft.empty() ? "full" : args.peft,
+          .memory = args.memory.empty() ? "none" : args.memory, .quant = args.quant.empty() ? "none" : args.quant};
+}
+
+/// --peft/--memory/--quant, --auto and --grid, for the ViT.
+template <class Fresh>
+int run_grid_modes(const Args& args, Fresh& fresh, const ftopt::TrainerOptions& options, const Prepared& train_set,
+                   const Prepared& test_set, double lr) {
+  const bool bf16 = use_bf16(args);
+  grid::RunOptions grid_options{.trainer = options, .steps = args.grid_steps, .lr = lr,
+                                .lr_scale = {{"lora", 3.0}, {"adapter", 3.0}}, .budget_seconds = args.budget,
+                                .log = &std::cerr};
+  grid_options.trainer.log = &std::cerr;
+  const auto batches = [](const Prepared& p) {
+    return ftopt::data::TensorBatches(p.images, p.labels, {.batch_size = 128, .seed = 1});
+  };
+  ftopt::data::TensorBatches test_batches(test_set.images, test_set.labels, {.batch_size = 500, .shuffle = false});
+  if (!args.grid_dir.empty()) {
+    std::cerr << "finetune: the grid, " << MainGrid::valid_size<ftopt::models::ViT>() << " combinations, "
+              << args.grid_steps << " steps each, evaluated on the test set\n";
+    auto train_batches = batches(train_set);
+    grid::Report report = grid::run<MainGrid>(fresh, train_batches, test_batches, grid_options, grid_settings());
+    report.title = "ViT fine-tune, Fashion-MNIST classes 5-9: " + std::to_string(args.grid_steps) +
+                   " steps per combination";
+    report.write(args.grid_dir);
+    report.print(std::cout);
+    std::cout << "\nreport written to " << args.grid_dir << "/grid.{md,json,svg}\n";
+    return 0;
+  }
+  std::vector<Row> rows;
+  grid::Combination chosen = named_combination(args, bf16);
+  std::optional<grid::Report> evidence;
+  if (args.autotune) {
+    // Scored on a validation split of the training set; the test set stays for the end.
+    const std::int64_t n = train_set.labels.size(0), held = n / 10;
+    const Prepared fit_part{train_set.images.narrow(0, 0, n - held), train_set.labels.narrow(0, 0, n - held)};
+    const Prepared validation{train_set.images.narrow(0, n - held, held), train_set.labels.narrow(0, n - held, held)};
+    auto fit_batches = batches(fit_part);
+    ftopt::data::TensorBatches validation_batches(validation.images, validation.labels,
+                                                  {.batch_size = 500, .shuffle = false});
+    std::cerr << "finetune: --auto: " << MainGrid::valid_size<ftopt::models::ViT>() << " combinations, "
+              << args.grid_steps << " steps each"
+              << (args.budget > 0 ? ", within " + std::to_string(static_cast<int>(args.budget)) + " s" : "") << '\n';
+    auto choice = grid::autotune<MainGrid>(fresh, fit_batches, validation_batches, grid_options, grid_settings());
+    chosen = choice.best;
+    evidence = std::move(choice.evidence);
+    std::cerr << "finetune: --auto chose " << chosen.key() << '\n';
+  }
+  {
+    auto model = fresh();
+    rows.push_back(train("baseline: fp32, full fine-tuning", ftopt::Trainer<>(options), model, train_set, test_set, lr));
+  }
+  if (!(chosen == grid::Combination{})) rows.push_back(train_named(chosen, fresh, options, train_set, test_set, lr));
+  if (evidence) {
+    std::cout << "\n--auto's evidence (" << args.grid_steps << " steps each, accuracy on a validation split):\n";
+    evidence->print(std::cout);
+    std::cout << "chosen: " << chosen.key() << " (the fastest within " << 100 * evidence->bound
+              << " points of the baseline)\n";
+  }
+  print_table(rows);
+  return 0;
 }
 
 template <class M>
@@ -311,6 +472,11 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
     reset_head(model);      // a new task: a new head
     return model;
   };
+  if (!args.profile.empty()) profile_baseline(args.profile, fresh, options, fine_train, lr);
+  if constexpr (std::is_same_v<M, ftopt::models::ViT>) {
+    if (args.named() || args.autotune || !args.grid_dir.empty())
+      return run_grid_modes(args, fresh, options, fine_train, fine_test, lr);
+  }
   {
     auto model = fresh();
     rows.push_back(train("baseline: fp32, full fine-tuning", ftopt::Trainer<>(options), model, fine_train, fine_test, lr));

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include <ftopt/peft/adapter.hpp>
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/quant/dynamic_int8.hpp>
 #include <ftopt/quant/files.hpp>
@@ -101,7 +102,7 @@ TEST_CASE("DynamicInt8 on a model: keep_float, Trainer::finalize after LoRA, err
     peft::Lora lora({.r = 2, .alpha = 4, .targets = {"0"}});
     lora.attach(*model);
     CHECK_THAT(test::message_of([&] { quant::DynamicInt8().convert(*model); }),
-               Contains("layer 'layers.0' carries another extension (an unmerged adapter?)"));
+               Contains("layer 'layers.0' carries another extension (an unmerged LoRA branch?)"));
   }
   SECTION("finalize: LoRA merged, then quantized") {
     Trainer<precision::Fp32, peft::Lora, memory::None, parallel::Single, quant::DynamicInt8> trainer(
@@ -114,6 +115,24 @@ TEST_CASE("DynamicInt8 on a model: keep_float, Trainer::finalize after LoRA, err
     const auto trained = model->forward(x).detach();
     trainer.finalize(model);
     CHECK(trainer.quant().quantized().size() == 2);
+    CHECK(relative_error(model->forward(x), trained) < 0.02);
+  }
+  SECTION("a layer with an adapter stays in float, the others are quantized") {
+    // A bottleneck adapter is non-linear and cannot be merged: the layer it extends keeps its
+    // float weight and its adapter; the rest goes int8.
+    Trainer<precision::Fp32, peft::Adapter, memory::None, parallel::Single, quant::DynamicInt8> trainer(
+        test::quiet(), {}, peft::Adapter({.reduction_factor = 4, .targets = {"0"}, .modules_to_save = {"2"}}));
+    auto& params = trainer.prepare(model);
+    torch::optim::SGD optimizer(params, 0.5);
+    auto y = torch::randint(3, {32});
+    for (int i = 0; i < 3; ++i) trainer.train_step(model, optimizer, std::pair{x, y});
+    model->eval();
+    const auto trained = model->forward(x).detach();
+    trainer.finalize(model);
+    CHECK(trainer.quant().left_float() == std::vector<std::string>{"layers.0"});
+    CHECK(trainer.quant().quantized() == std::vector<std::string>{"layers.2"});
+    auto modules = model->named_modules("", false);
+    CHECK(std::dynamic_pointer_cast<peft::AdapterBranch>(modules["layers.0"]->as<ftopt::nn::LinearImpl>()->extension()));
     CHECK(relative_error(model->forward(x), trained) < 0.02);
   }
   SECTION("an engine this build lacks") {

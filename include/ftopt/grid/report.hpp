@@ -96,11 +96,13 @@ struct Report {
 
   /// The same table for a terminal: aligned columns, no Markdown.
   void print(std::ostream& out) const {
-    out << std::left << std::setw(38) << "combination" << std::right << std::setw(10) << "step ms" << std::setw(10)
+    int width = 12;
+    for (const auto& r : results) width = std::max(width, static_cast<int>(r.combination.key().size()) + 2);
+    out << std::left << std::setw(width) << "combination" << std::right << std::setw(10) << "step ms" << std::setw(10)
         << "speed-up" << std::setw(10) << "peak MiB" << std::setw(10) << "accuracy" << std::setw(9) << "vs base"
         << "  notes\n";
     for (const auto& r : results) {
-      out << std::left << std::setw(38) << r.combination.key() << std::right;
+      out << std::left << std::setw(width) << r.combination.key() << std::right;
       if (!r.ran()) {
         out << "  not run: " << r.error << '\n';
         continue;

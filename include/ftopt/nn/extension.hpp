@@ -25,6 +25,9 @@ struct Extension {
   /// False once the extension computes exactly the layer's own forward (a merged LoRA branch):
   /// another policy (quantization) may then replace it.
   virtual bool changes_forward() const { return true; }
+  /// False for an extension that stays for inference and cannot be folded into the weight (a
+  /// bottleneck adapter): quantization then leaves its layer in float instead of refusing it.
+  virtual bool mergeable() const { return true; }
 };
 
 /// The attach point a layer holds: empty unless a policy attached something. With nothing

@@ -59,6 +59,9 @@ public:
     return y + up_(at::gelu(down_(y)));
   }
 
+  /// A bottleneck is non-linear: it stays a branch after training (quantization keeps its layer in float).
+  bool mergeable() const override { return false; }
+
   nn::Linear& down() { return down_; }
   nn::Linear& up() { return up_; }
 

@@ -97,17 +97,23 @@ public:
   void prepare(torch::nn::Module&) {}
 
   /// Attaches an int8 kernel to each quantizable nn::Linear, replacing a merged LoRA branch. A
-  /// layer whose extension still changes its forward (an unmerged LoRA branch, an adapter) is
-  /// an error: merge first (Trainer::finalize does), or keep the layer in float.
+  /// layer with an adapter (an extension that cannot be merged) stays in float (left_float());
+  /// one whose extension still changes its forward but could be merged (an unmerged LoRA
+  /// branch) is an error: merge first (Trainer::finalize does), or keep the layer in float.
   void convert(torch::nn::Module& module) {
     const at::QEngine engine = select_engine(options_.engine);
     torch::NoGradGuard no_grad;
     quantized_.clear();
+    left_float_.clear();
     for (auto& [name, linear] : detail::quantizable<nn::LinearImpl>(module, options_.keep_float)) {
+      if (detail::keeps_float_extension(*linear)) {
+        left_float_.push_back(name);
+        continue;
+      }
       ftopt::detail::check(!linear->extension() || !linear->extension()->changes_forward() ||
                                std::dynamic_pointer_cast<DynamicInt8Linear>(linear->extension()),
                            "quant::DynamicInt8: layer '", name,
-                           "' carries another extension (an unmerged adapter?); merge it before converting");
+                           "' carries another extension (an unmerged LoRA branch?); merge it before converting");
       linear->attach(std::make_shared<DynamicInt8Linear>(quantize_weight(linear->weight, options_.granularity),
                                                          detail::float_bias(*linear), engine));
       quantized_.push_back(name);
@@ -118,10 +124,13 @@ public:
 
   /// The names of the layers the last convert quantized, in module order.
   const std::vector<std::string>& quantized() const { return quantized_; }
+  /// The layers the last convert left in float because they carry an adapter (an extension
+  /// that cannot be merged), in module order.
+  const std::vector<std::string>& left_float() const { return left_float_; }
 
 private:
   DynamicInt8Options options_;
-  std::vector<std::string> quantized_;
+  std::vector<std::string> quantized_, left_float_;
 };
 
 static_assert(Policy<DynamicInt8>);

@@ -114,6 +114,14 @@ std::vector<std::pair<std::string, Layer*>> quantizable(torch::nn::Module& modul
   return out;
 }
 
+/// Whether the layer carries an extension that stays for inference and cannot be merged (an
+/// adapter): quantization leaves such a layer in float.
+template <class Layer>
+bool keeps_float_extension(const Layer& layer) {
+  const auto& e = layer.extension();
+  return e && e->changes_forward() && !e->mergeable();
+}
+
 template <class Layer>
 c10::optional<at::Tensor> float_bias(const Layer& layer) {
   if (!layer.bias.defined()) return c10::nullopt;

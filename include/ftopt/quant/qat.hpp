@@ -15,8 +15,9 @@
 ///   trainer.finalize(model);   // the int8 model
 ///
 /// Fake quantization is computed in float32 (autocast is off inside these layers); fp16
-/// autocast with Qat does not compile (rules.hpp). A Linear that already carries an extension
-/// (a LoRA branch) cannot be fake-quantized: keep it in float (keep_float) or train it fully.
+/// autocast with Qat does not compile (rules.hpp). A layer that carries a LoRA branch cannot be
+/// fake-quantized: keep it in float (keep_float) or train it fully. A layer with an adapter
+/// stays in float (left_float()).
 
 #include <map>
 #include <memory>
@@ -139,7 +140,12 @@ public:
   void prepare(torch::nn::Module& module) {
     const bool reduce = reduce_range(select_engine(options_.engine));
     layers_.clear();
+    left_float_.clear();
     detail::for_each_quantizable(module, options_.keep_float, [&]<class Layer>(const std::string& name, Layer* layer) {
+      if (detail::keeps_float_extension(*layer)) {
+        left_float_.push_back(name);
+        return;
+      }
       ftopt::detail::check(!layer->extension(), "quant::Qat: layer '", name,
                            "' carries another extension (a LoRA branch?); QAT fake-quantizes the layer's own "
                            "weight: keep it in float (keep_float) or train it fully");
@@ -163,6 +169,7 @@ public:
     std::map<std::string, std::shared_ptr<FakeQuantized>> trained(layers_.begin(), layers_.end());
     torch::NoGradGuard no_grad;
     detail::for_each_quantizable(module, options_.keep_float, [&]<class Layer>(const std::string& name, Layer* layer) {
+      if (detail::keeps_float_extension(*layer)) return;
       auto found = trained.find(name);
       ftopt::detail::check(found != trained.end(), "quant::Qat::convert: layer '", name,
                            "' was not fake-quantized (was the model changed after prepare?)");
@@ -171,12 +178,16 @@ public:
     });
   }
 
+  /// The layers prepare left in float because they carry an adapter.
+  const std::vector<std::string>& left_float() const { return left_float_; }
+
   /// The fake-quantized layers, by name, in module order.
   const std::vector<std::pair<std::string, std::shared_ptr<FakeQuantized>>>& layers() const { return layers_; }
 
 private:
   QatOptions options_;
   std::vector<std::pair<std::string, std::shared_ptr<FakeQuantized>>> layers_;
+  std::vector<std::string> left_float_;
 };
 
 static_assert(Policy<Qat>);

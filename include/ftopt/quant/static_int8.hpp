@@ -187,8 +187,9 @@ public:
     batches_ = seen;
   }
 
-  /// Attaches a calibrated int8 kernel to each quantizable Linear (replacing a merged LoRA
-  /// branch). Needs calibrate() first; a layer no calibration batch reached is an error.
+  /// Attaches a calibrated int8 kernel to each quantizable layer (replacing a merged LoRA
+  /// branch; a layer with an adapter stays in float, as in DynamicInt8). Needs calibrate()
+  /// first; a layer no calibration batch reached is an error.
   void convert(torch::nn::Module& module) {
     ftopt::detail::check(!ranges_.empty(), "quant::StaticInt8::convert: not calibrated; call "
                                            "calibrate(model, batches) before convert (or Trainer::finalize)");
@@ -196,9 +197,14 @@ public:
     const bool reduce = reduce_range(engine);
     torch::NoGradGuard no_grad;
     quantized_.clear();
+    left_float_.clear();
     detail::for_each_quantizable(module, options_.keep_float, [&]<class Layer>(const std::string& name, Layer* layer) {
+      if (detail::keeps_float_extension(*layer)) {
+        left_float_.push_back(name);
+        return;
+      }
       ftopt::detail::check(!layer->extension() || !layer->extension()->changes_forward(), "quant::StaticInt8: layer '",
-                           name, "' carries another extension (an unmerged adapter?); merge it before converting");
+                           name, "' carries another extension (an unmerged LoRA branch?); merge it before converting");
       auto found = ranges_.find(name);
       ftopt::detail::check(found != ranges_.end(), "quant::StaticInt8: layer '", name,
                            "' was not calibrated (was the model changed after calibrate?)");
@@ -208,6 +214,8 @@ public:
   }
 
   const std::vector<std::string>& quantized() const { return quantized_; }
+  /// The layers the last convert left in float because they carry an adapter.
+  const std::vector<std::string>& left_float() const { return left_float_; }
   /// Calibration batches seen by the last calibrate().
   std::int64_t calibration_batches() const { return batches_; }
   /// The observers of a layer after calibrate().
@@ -220,7 +228,7 @@ public:
 private:
   StaticInt8Options options_;
   std::map<std::string, ActivationObservers> ranges_;
-  std::vector<std::string> quantized_;
+  std::vector<std::string> quantized_, left_float_;
   std::int64_t batches_ = 0;
 };
 
