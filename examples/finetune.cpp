@@ -354,6 +354,8 @@ int run_grid_modes(const Args& args, Fresh& fresh, const ftopt::TrainerOptions& 
                                 .lr_scale = {{"lora", 3.0}, {"adapter", 3.0}}, .budget_seconds = args.budget,
                                 .log = &std::cerr};
   grid_options.trainer.log = &std::cerr;
+  // A short run warms up over its first tenth, then decays to the end of its steps.
+  grid_options.trainer.schedule = ftopt::schedule::WarmupCosine{.warmup_steps = std::max<std::int64_t>(1, args.grid_steps / 10)};
   const auto batches = [](const Prepared& p) {
     return ftopt::data::TensorBatches(p.images, p.labels, {.batch_size = 128, .seed = 1});
   };
@@ -397,7 +399,7 @@ int run_grid_modes(const Args& args, Fresh& fresh, const ftopt::TrainerOptions& 
   if (evidence) {
     std::cout << "\n--auto's evidence (" << args.grid_steps << " steps each, accuracy on a validation split):\n";
     evidence->print(std::cout);
-    std::cout << "chosen: " << chosen.key() << " (the fastest within " << 100 * evidence->bound
+    std::cout << "chosen: " << chosen.key() << " (the fastest within " << std::defaultfloat << 100 * evidence->bound
               << " points of the baseline)\n";
   }
   print_table(rows);
@@ -497,6 +499,8 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
 
 int main(int argc, char** argv) try {
   const Args args = parse(argc, argv);
+  // A combination the grid does not have is refused before any data is loaded.
+  if (args.named()) MainGrid::check<ftopt::models::ViT>(named_combination(args, args.precision == "bf16"));
   if (args.model == "resnet") return run(args, &make_resnet, {"layer4", "fc"});
   return run(args, &make_vit, {"encoder.layer.3", "vit.layernorm", "classifier"});
 } catch (const std::exception& e) {

@@ -42,6 +42,20 @@ torch::Tensor dynamic_reference(const torch::Tensor& x, const torch::Tensor& qwe
   return torch::nn::functional::linear(xq, qweight.dequantize(), bias);
 }
 
+/// Three SGD steps on `x` with random labels, then Trainer::finalize; returns the trained
+/// model's outputs on `x` before finalize.
+template <class T>
+torch::Tensor train_then_finalize(T& trainer, models::Mlp& model, const torch::Tensor& x) {
+  auto& params = trainer.prepare(model);
+  torch::optim::SGD optimizer(params, 0.5);
+  auto y = torch::randint(3, {x.size(0)});
+  for (int i = 0; i < 3; ++i) trainer.train_step(model, optimizer, std::pair{x, y});
+  model->eval();
+  auto trained = model->forward(x).detach();
+  trainer.finalize(model);
+  return trained;
+}
+
 } // namespace quant_test
 
 using namespace quant_test;
@@ -107,13 +121,7 @@ TEST_CASE("DynamicInt8 on a model: keep_float, Trainer::finalize after LoRA, err
   SECTION("finalize: LoRA merged, then quantized") {
     Trainer<precision::Fp32, peft::Lora, memory::None, parallel::Single, quant::DynamicInt8> trainer(
         test::quiet(), {}, peft::Lora({.r = 2, .alpha = 4, .targets = {"0", "2"}}));
-    auto& params = trainer.prepare(model);
-    torch::optim::SGD optimizer(params, 0.5);
-    auto y = torch::randint(3, {32});
-    for (int i = 0; i < 3; ++i) trainer.train_step(model, optimizer, std::pair{x, y});
-    model->eval();
-    const auto trained = model->forward(x).detach();
-    trainer.finalize(model);
+    const auto trained = train_then_finalize(trainer, model, x);
     CHECK(trainer.quant().quantized().size() == 2);
     CHECK(relative_error(model->forward(x), trained) < 0.02);
   }
@@ -122,13 +130,7 @@ TEST_CASE("DynamicInt8 on a model: keep_float, Trainer::finalize after LoRA, err
     // float weight and its adapter; the rest goes int8.
     Trainer<precision::Fp32, peft::Adapter, memory::None, parallel::Single, quant::DynamicInt8> trainer(
         test::quiet(), {}, peft::Adapter({.reduction_factor = 4, .targets = {"0"}, .modules_to_save = {"2"}}));
-    auto& params = trainer.prepare(model);
-    torch::optim::SGD optimizer(params, 0.5);
-    auto y = torch::randint(3, {32});
-    for (int i = 0; i < 3; ++i) trainer.train_step(model, optimizer, std::pair{x, y});
-    model->eval();
-    const auto trained = model->forward(x).detach();
-    trainer.finalize(model);
+    const auto trained = train_then_finalize(trainer, model, x);
     CHECK(trainer.quant().left_float() == std::vector<std::string>{"layers.0"});
     CHECK(trainer.quant().quantized() == std::vector<std::string>{"layers.2"});
     auto modules = model->named_modules("", false);

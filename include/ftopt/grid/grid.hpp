@@ -158,19 +158,22 @@ struct Grid {
   /// which, and what there is instead.
   template <class M = void, class F>
   static void visit(const Combination& wanted, F&& f) {
+    check<M>(wanted);
+    for_each<M>([&]<class T>(const Combination& c) {
+      if (c == wanted) f.template operator()<T>(c);
+    });
+  }
+
+  /// Whether `wanted` names a valid combination of this grid: an ftopt::Error naming the axis
+  /// and its names, or the rule that excludes the combination, when it does not. visit()
+  /// checks first; a program can check its flags before it loads any data.
+  template <class M = void>
+  static void check(const Combination& wanted) {
     check_axis("precision", wanted.precision, Precisions::names());
     check_axis("peft", wanted.peft, Pefts::names());
     check_axis("memory", wanted.memory, Memories::names());
     check_axis("parallel", wanted.parallel, Parallels::names());
     check_axis("quant", wanted.quant, Quants::names());
-    bool found = false;
-    for_each<M>([&]<class T>(const Combination& c) {
-      if (c == wanted) {
-        found = true;
-        f.template operator()<T>(c);
-      }
-    });
-    if (found) return;
     for (const auto& e : excluded<M>())
       ftopt::detail::check(!(e.combination == wanted), "grid: ", wanted.key(), " is excluded: ", e.rule);
   }

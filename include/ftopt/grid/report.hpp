@@ -163,10 +163,15 @@ struct Report {
       const double span = std::max(hi - lo, minimum);
       lo -= 0.08 * span, hi += 0.08 * span;
     };
-    pad(x_lo, x_hi, 1e-3 * std::max(1.0, x_hi));
+    // Step times that span more than 8x (emulated bf16 next to fp32) go on a log axis.
+    const bool log_x = x_lo > 0 && x_hi / x_lo > 8;
+    if (log_x) x_lo /= 1.15, x_hi *= 1.15;
+    else pad(x_lo, x_hi, 1e-3 * std::max(1.0, x_hi)), x_lo = std::max(0.0, x_lo);
     pad(y_lo, y_hi, 0.01);
-    x_lo = std::max(0.0, x_lo);
-    const auto px = [&](double v) { return left + (v - x_lo) / (x_hi - x_lo) * plot_w; };
+    const auto px = [&](double v) {
+      const double f = log_x ? std::log(v / x_lo) / std::log(x_hi / x_lo) : (v - x_lo) / (x_hi - x_lo);
+      return left + f * plot_w;
+    };
     const auto py = [&](double v) { return top + (1 - (v - y_lo) / (y_hi - y_lo)) * plot_h; };
     const auto radius = [&](double mib) { return 4 + 14 * std::sqrt(mem_hi > 0 ? mib / mem_hi : 0); };
 
@@ -182,7 +187,7 @@ struct Report {
         << "<line x1=\"" << left << "\" y1=\"" << top + plot_h << "\" x2=\"" << left + plot_w << "\" y2=\""
         << top + plot_h << "\"/>\n<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\""
         << top + plot_h << "\"/>\n</g>\n";
-    for (double v : ticks(x_lo, x_hi))
+    for (double v : log_x ? log_ticks(x_lo, x_hi) : ticks(x_lo, x_hi))
       out << "<line x1=\"" << px(v) << "\" y1=\"" << top << "\" x2=\"" << px(v) << "\" y2=\"" << top + plot_h
           << "\" stroke=\"#eee\"/>\n<text x=\"" << px(v) << "\" y=\"" << top + plot_h + 18
           << "\" text-anchor=\"middle\">" << number(v) << "</text>\n";
@@ -191,13 +196,14 @@ struct Report {
           << "\" stroke=\"#eee\"/>\n<text x=\"" << left - 8 << "\" y=\"" << py(v) + 4 << "\" text-anchor=\"end\">"
           << number(100 * v) << "</text>\n";
     out << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << height - 18
-        << "\" text-anchor=\"middle\">training step time (ms), lower is faster</text>\n"
+        << "\" text-anchor=\"middle\">training step time (ms" << (log_x ? ", log scale" : "")
+        << "), lower is faster</text>\n"
         << "<text transform=\"translate(22 " << top + plot_h / 2
         << ") rotate(-90)\" text-anchor=\"middle\">held-out accuracy (%)</text>\n";
     // The bound below the baseline.
     out << "<line x1=\"" << left << "\" y1=\"" << py(floor) << "\" x2=\"" << left + plot_w << "\" y2=\"" << py(floor)
-        << "\" stroke=\"#c33\" stroke-dasharray=\"6 4\"/>\n<text x=\"" << left + plot_w - 4 << "\" y=\""
-        << py(floor) - 5 << "\" text-anchor=\"end\" fill=\"#c33\">baseline - " << number(100 * bound)
+        << "\" stroke=\"#c33\" stroke-dasharray=\"6 4\"/>\n<text x=\"" << left + plot_w / 2 << "\" y=\""
+        << py(floor) + 14 << "\" text-anchor=\"middle\" fill=\"#c33\">baseline - " << number(100 * bound)
         << " points</text>\n";
     // The Pareto front, by step time.
     std::vector<const Result*> front;
@@ -219,10 +225,18 @@ struct Report {
           << ": " << number(r->step_ms) << " ms, " << number(100 * r->accuracy) << "%, " << number(r->peak_mib)
           << " MiB</title></circle>\n";
     }
+    // Numbers beside the points; one that would overlap an earlier number moves down a line.
+    std::vector<std::pair<double, double>> placed;
     for (std::size_t i = 0; i < ran.size(); ++i) {
       const auto* r = ran[i];
-      out << "<text x=\"" << px(r->step_ms) + radius(r->peak_mib) + 3 << "\" y=\"" << py(r->accuracy) + 4
-          << "\" font-size=\"10\">" << i + 1 << "</text>\n";
+      double x = px(r->step_ms) + radius(r->peak_mib) + 3, y = py(r->accuracy) + 4;
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (const auto& [px0, py0] : placed)
+          if (std::abs(px0 - x) < 16 && std::abs(py0 - y) < 11) y = py0 + 11, moved = true;
+      }
+      placed.emplace_back(x, y);
+      out << "<text x=\"" << x << "\" y=\"" << y << "\" font-size=\"10\">" << i + 1 << "</text>\n";
     }
     // Legend: numbers to combinations, colours, marker size.
     double y = top;
@@ -291,6 +305,14 @@ private:
       return s;
     }
     return out.str();
+  }
+  /// 1-2-5 values of each decade in [lo, hi], for a log axis.
+  static std::vector<double> log_ticks(double lo, double hi) {
+    std::vector<double> out;
+    for (double decade = std::pow(10, std::floor(std::log10(lo))); decade <= hi; decade *= 10)
+      for (double m : {1.0, 2.0, 5.0})
+        if (m * decade >= lo && m * decade <= hi) out.push_back(m * decade);
+    return out;
   }
   /// About five round tick values in [lo, hi].
   static std::vector<double> ticks(double lo, double hi) {
