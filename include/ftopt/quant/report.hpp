@@ -74,27 +74,7 @@ std::vector<LayerError> layer_errors(M& model, R&& batches, std::int64_t max_bat
     measured.emplace_back(name, m->distance);
   });
   ftopt::detail::check(!measured.empty(), "quant::layer_errors: the model has no int8 layer (convert it first)");
-  const auto params = module.parameters();
-  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
-  const bool was_training = module.is_training();
-  const auto restore = [&] {
-    module.train(was_training);
-    for (auto& f : undo) f();
-  };
-  module.eval();
-  std::int64_t seen = 0;
-  try {
-    torch::NoGradGuard no_grad;
-    for (auto&& batch : batches) {
-      if (max_batches > 0 && seen == max_batches) break;
-      model->forward(input_of(batch).to(device));
-      ++seen;
-    }
-  } catch (...) {
-    restore();
-    throw;
-  }
-  restore();
+  const std::int64_t seen = detail::run_batches(model, batches, max_batches, undo);
   std::vector<LayerError> out;
   for (auto& [name, d] : measured) out.push_back({name, d->norm > 0 ? std::sqrt(d->error / d->norm) : 0.0});
   ftopt::detail::check(seen > 0, "quant::layer_errors: no batches");

@@ -128,6 +128,37 @@ std::shared_ptr<StaticInt8Kernel<Layer>> static_kernel(const Layer& layer, const
                                   reduce ? 127 : 255);
 }
 
+/// Runs up to `max_batches` batches (0: all) through the model in eval mode without gradients
+/// (calibration, error measurement), then calls each `undo` and puts the model back in its
+/// mode, also when a forward throws. Returns how many batches ran.
+template <class M, class R>
+std::int64_t run_batches(M& model, R&& batches, std::int64_t max_batches,
+                         const std::vector<std::function<void()>>& undo) {
+  torch::nn::Module& module = *model;
+  const auto params = module.parameters();
+  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+  const bool was_training = module.is_training();
+  const auto restore = [&] {
+    for (const auto& f : undo) f();
+    module.train(was_training);
+  };
+  module.eval();
+  std::int64_t seen = 0;
+  try {
+    torch::NoGradGuard no_grad;
+    for (auto&& batch : batches) {
+      if (max_batches > 0 && seen == max_batches) break;
+      model->forward(input_of(batch).to(device));
+      ++seen;
+    }
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+  return seen;
+}
+
 } // namespace detail
 
 class StaticInt8 {
@@ -148,12 +179,9 @@ public:
   /// starts over. The same batches give the same ranges (no randomness is involved).
   template <class M, BatchRange R>
   void calibrate(M& model, R&& batches, std::int64_t max_batches = 0) {
-    torch::nn::Module& module = *model;
-    const auto params = module.parameters();
-    const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
     std::vector<std::pair<std::string, std::shared_ptr<ActivationObservers>>> observing;
     std::vector<std::function<void()>> undo;
-    detail::for_each_quantizable(module, options_.keep_float, [&]<class Layer>(const std::string& name, Layer* layer) {
+    detail::for_each_quantizable(*model, options_.keep_float, [&]<class Layer>(const std::string& name, Layer* layer) {
       auto o = std::make_shared<detail::Observing<Layer>>(layer->extension(), options_.activations);
       observing.emplace_back(name, o->seen);
       undo.push_back([layer, inner = o->inner] {
@@ -162,25 +190,7 @@ public:
       });
       layer->attach(o);
     });
-    const bool was_training = module.is_training();
-    const auto restore = [&] {
-      for (auto& f : undo) f();
-      module.train(was_training);
-    };
-    module.eval();
-    std::int64_t seen = 0;
-    try {
-      torch::NoGradGuard no_grad;
-      for (auto&& batch : batches) {
-        if (max_batches > 0 && seen == max_batches) break;
-        model->forward(input_of(batch).to(device));
-        ++seen;
-      }
-    } catch (...) {
-      restore();
-      throw;
-    }
-    restore();
+    const std::int64_t seen = detail::run_batches(model, batches, max_batches, undo);
     ftopt::detail::check(seen > 0, "quant::StaticInt8::calibrate: the calibration set is empty");
     ranges_.clear();
     for (auto& [name, observed] : observing) ranges_.emplace(name, *observed);
