@@ -38,10 +38,7 @@ template <class T>
 struct Setup {
   Setup()
       : model(make_vit()),
-        trainer({.device = torch::kCPU, .report_hardware = false},
-                settings.get<typename T::precision_type>(), settings.get<typename T::peft_type>(),
-                settings.get<typename T::memory_type>(), settings.get<typename T::parallel_type>(),
-                settings.get<typename T::quant_type>()),
+        trainer(settings.trainer<T>({.device = torch::kCPU, .report_hardware = false})),
         optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-3)),
         batch{torch::randn({128, 1, 28, 28}), torch::randint(0, 5, {128})} {}
   void step() { trainer.train_step(model, optimizer, batch); }

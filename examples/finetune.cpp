@@ -317,10 +317,8 @@ Row train_named(const grid::Combination& wanted, Fresh& fresh, const ftopt::Trai
   Row row;
   MainGrid::visit<ftopt::models::ViT>(wanted, [&]<class T>(const grid::Combination& c) {
     auto model = fresh();
-    T trainer(options, settings.get<typename T::precision_type>(), settings.get<typename T::peft_type>(),
-              settings.get<typename T::memory_type>(), settings.get<typename T::parallel_type>(),
-              settings.get<typename T::quant_type>());
-    row = train</*Pipelines=*/false>(c.key(), std::move(trainer), model, train_set, test_set, grid_lr(c, lr));
+    row = train</*Pipelines=*/false>(c.key(), settings.trainer<T>(options), model, train_set, test_set,
+                                     grid_lr(c, lr));
   });
   return row;
 }

@@ -19,7 +19,6 @@
 #include <utility>
 #include <vector>
 
-#include <boost/hana/at.hpp>
 #include <boost/hana/cartesian_product.hpp>
 #include <boost/hana/filter.hpp>
 #include <boost/hana/for_each.hpp>

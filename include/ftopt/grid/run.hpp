@@ -49,6 +49,13 @@ public:
     else return P{};
   }
 
+  /// A Trainer T whose five policies come from these settings.
+  template <class T>
+  T trainer(TrainerOptions options) const {
+    return T(std::move(options), get<typename T::precision_type>(), get<typename T::peft_type>(),
+             get<typename T::memory_type>(), get<typename T::parallel_type>(), get<typename T::quant_type>());
+  }
+
 private:
   std::tuple<Given...> given_;
 };
@@ -116,9 +123,7 @@ Result run_one(const Combination& combination, MakeModel& make_model, Train& tra
     trainer_options.epochs = (options.steps + per_epoch - 1) / per_epoch;
     if (trainer_options.schedule && trainer_options.schedule->total_steps == 0)
       trainer_options.schedule->total_steps = options.steps;
-    T trainer(trainer_options, settings.template get<typename T::precision_type>(),
-              settings.template get<typename T::peft_type>(), settings.template get<typename T::memory_type>(),
-              settings.template get<typename T::parallel_type>(), settings.template get<typename T::quant_type>());
+    T trainer = settings.template trainer<T>(trainer_options);
     const auto& params = trainer.prepare(model);
     const auto scale = options.lr_scale.find(combination.peft);
     auto optimizer = options.optimizer(params, options.lr * (scale == options.lr_scale.end() ? 1.0 : scale->second));
