@@ -10,6 +10,7 @@
 //                           [--auto [--budget SECONDS] [--grid-steps N]] [--grid DIR [--grid-steps N]]
 //                           [--profile FILE]
 //                           [--vit-hidden N] [--vit-layers N] [--vit-dropout P]
+//                           [--label-smoothing P] [--warmup-steps N]
 //                           [--train-limit N] [--data DIR] [--cache DIR]
 //
 // --all-classes instead trains the model on all ten classes and reports its test accuracy, to
@@ -55,6 +56,8 @@ struct Args {
   std::int64_t vit_hidden = 64;  // the ViT's width (MLP 2x) and depth
   std::int64_t vit_layers = 4;
   double vit_dropout = 0.0;  // the ViT's hidden dropout (HF: hidden_dropout_prob)
+  double label_smoothing = 0.0;      // cross-entropy's label_smoothing (as torch.nn.CrossEntropyLoss)
+  std::int64_t warmup_steps = 50;    // WarmupCosine's linear warm-up
   std::string peft, memory, quant;  // set: train this combination of the main grid
   bool autotune = false;
   double budget = 0;                 // --auto: seconds (0: no limit)
@@ -87,6 +90,8 @@ Args parse(int argc, char** argv) {
     else if (flag == "--vit-hidden") args.vit_hidden = examples::count("finetune", flag, value);
     else if (flag == "--vit-layers") args.vit_layers = examples::count("finetune", flag, value);
     else if (flag == "--vit-dropout") args.vit_dropout = examples::fraction("finetune", flag, value);
+    else if (flag == "--label-smoothing") args.label_smoothing = examples::fraction("finetune", flag, value);
+    else if (flag == "--warmup-steps") args.warmup_steps = examples::count("finetune", flag, value);
     else if (flag == "--peft") args.peft = value;
     else if (flag == "--memory") args.memory = value;
     else if (flag == "--quant") args.quant = value;
@@ -99,7 +104,7 @@ Args parse(int argc, char** argv) {
     else ftopt::detail::fail("finetune: unknown option ", flag, " (known: --model, --epochs, --pretrain-epochs, "
                              "--all-classes, --precision, --augment, --peft, --memory, --quant, --auto, --budget, "
                              "--grid, --grid-steps, --profile, --lr, --vit-hidden, --vit-layers, --vit-dropout, "
-                             "--train-limit, --data, --cache)");
+                             "--label-smoothing, --warmup-steps, --train-limit, --data, --cache)");
   }
   ftopt::detail::check(args.model == "resnet" || args.model == "vit", "finetune: --model must be resnet or vit, got '",
                        args.model, "'");
@@ -121,9 +126,10 @@ Args parse(int argc, char** argv) {
 /// Images as float [N, 1, 28, 28], standardized.
 struct Prepared {
   torch::Tensor images, labels;
+  double background = 0;  ///< a black pixel, standardized
 };
 Prepared prepare(const ftopt::data::LabelledImages& set, double mean, double std) {
-  return {set.images.to(torch::kFloat).div_(255.0).sub_(mean).div_(std).unsqueeze(1), set.labels};
+  return {set.images.to(torch::kFloat).div_(255.0).sub_(mean).div_(std).unsqueeze(1), set.labels, -mean / std};
 }
 
 template <class M>
@@ -183,14 +189,13 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
     }
     if constexpr (!Pipelines) return ftopt::FitSummary{};
     else {
-    // Random crops of 70-100% of the image (aspect 0.9-1.1) resized back to 28x28, and flips.
-    const fp::AugmentOptions random_crop_flip{.crop = fp::RandomResizedCrop{.size = 28, .scale = {0.7, 1.0},
-                                                                            .ratio = {0.9, 1.1}},
-                                              .horizontal_flip = 0.5, .seed = 2};
+    // Shifts of up to 2 pixels each way, the border black (torchvision's RandomCrop(28, padding=2)), and flips.
+    const fp::AugmentOptions shift_flip{.crop = fp::RandomCrop{.size = 28, .padding = 2, .fill = train_set.background},
+                                        .horizontal_flip = 0.5, .seed = 2};
     auto samples = fp::from(train_set.images, train_set.labels) | fp::shuffle(1);
     auto prefetched = fp::PrefetchOptions{.workers = 1, .depth = 4};
     if (augmented) {
-      auto batches = std::move(samples) | fp::augment(random_crop_flip) | fp::batch(128) | fp::prefetch(prefetched);
+      auto batches = std::move(samples) | fp::augment(shift_flip) | fp::batch(128) | fp::prefetch(prefetched);
       return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
     }
     auto batches = std::move(samples) | fp::batch(128) | fp::prefetch(prefetched);
@@ -307,7 +312,9 @@ auto grid_settings() {
 }
 
 /// The grid's learning rates: adapters get 3x the full fine-tuning rate, as in the best rows.
-double grid_lr(const grid::Combination& c, double lr) { return c.peft == "full" ? lr : 3 * lr; }
+grid::RunOptions grid_run_options(double lr) {
+  return {.lr = lr, .lr_scale = {{"lora", 3.0}, {"adapter", 3.0}}};
+}
 
 /// Trains the combination `wanted` of the main grid for the run's epochs.
 template <class Fresh>
@@ -318,7 +325,7 @@ Row train_named(const grid::Combination& wanted, Fresh& fresh, const ftopt::Trai
   MainGrid::visit<ftopt::models::ViT>(wanted, [&]<class T>(const grid::Combination& c) {
     auto model = fresh();
     row = train</*Pipelines=*/false>(c.key(), settings.trainer<T>(options), model, train_set, test_set,
-                                     grid_lr(c, lr));
+                                     grid_run_options(lr).lr_for(c));
   });
   return row;
 }
@@ -348,10 +355,12 @@ template <class Fresh>
 int run_grid_modes(const Args& args, Fresh& fresh, const ftopt::TrainerOptions& options, const Prepared& train_set,
                    const Prepared& test_set, double lr) {
   const bool bf16 = use_bf16(args);
-  grid::RunOptions grid_options{.trainer = options, .steps = args.grid_steps, .lr = lr,
-                                .lr_scale = {{"lora", 3.0}, {"adapter", 3.0}}, .budget_seconds = args.budget,
-                                .log = &std::cerr};
+  grid::RunOptions grid_options = grid_run_options(lr);
+  grid_options.trainer = options;
   grid_options.trainer.log = &std::cerr;
+  grid_options.steps = args.grid_steps;
+  grid_options.budget_seconds = args.budget;
+  grid_options.log = &std::cerr;
   // A short run warms up over its first tenth, then decays to the end of its steps.
   grid_options.trainer.schedule = ftopt::schedule::WarmupCosine{.warmup_steps = std::max<std::int64_t>(1, args.grid_steps / 10)};
   const auto batches = [](const Prepared& p) {
@@ -414,7 +423,12 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
   auto pixels = train_all.images.to(torch::kFloat).div_(255.0);
   const double mean = pixels.mean().item<double>(), std = pixels.std().item<double>();
   ftopt::TrainerOptions options{.epochs = args.epochs, .clip_grad_norm = 1.0,
-                                .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 50}};
+                                .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = args.warmup_steps}};
+  if (args.label_smoothing > 0)
+    options.loss = [smoothing = args.label_smoothing](const torch::Tensor& output, const torch::Tensor& target) {
+      return torch::nn::functional::cross_entropy(
+          output, target, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(smoothing));
+    };
   const double lr = args.lr > 0 ? args.lr : args.model == "vit" ? 1e-3 : 2e-3;
 
   if (args.all_classes) {
@@ -423,7 +437,7 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
     const bool bf16 = use_bf16(args);
     const Loading loading = args.augment ? Loading::Pipeline : Loading::InMemory;
     const std::string setup =
-        args.model + ", all 10 classes, " + (bf16 ? "bf16" : "fp32") + (args.augment ? ", random crops and flips" : "");
+        args.model + ", all 10 classes, " + (bf16 ? "bf16" : "fp32") + (args.augment ? ", random shifts and flips" : "");
     const auto train_set = prepare(train_all, mean, std), test_set = prepare(test_all, mean, std);
     auto row = bf16
                    ? train(setup, ftopt::Trainer<ftopt::precision::Bf16Mixed>(options), model, train_set, test_set, lr,

@@ -216,6 +216,12 @@ TEST_CASE("grid::run and autotune on a small model: baseline first, errors repor
     CHECK(choice.evidence.results.size() == 6);
     CHECK(choice.evidence.results[1].error == "the time budget was spent");
   }
+  SECTION("learning rates: lr times the Peft policy's scale, 1 for a policy without one") {
+    const grid::RunOptions scaled{.lr = 2e-3, .lr_scale = {{"lora", 3.0}}};
+    CHECK(scaled.lr_for({.peft = "lora"}) == Approx(6e-3));
+    CHECK(scaled.lr_for({.peft = "full"}) == Approx(2e-3));
+    CHECK(scaled.lr_for({.peft = "adapter"}) == Approx(2e-3));
+  }
   SECTION("bad options") {
     auto bad = options;
     bad.steps = 1;

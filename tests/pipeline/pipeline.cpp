@@ -1,7 +1,7 @@
 // Tests for include/ftopt/pipeline/: sources, order (shuffle, shard), samples (cache, augment,
 // batch), prefetch and the device stages. References: torch.utils.data.DistributedSampler
 // (drop_last=False padding and striding), torchvision's ImageFolder (sorted class folders) and
-// RandomResizedCrop.get_params, torch.utils.data.DataLoader (order kept with workers).
+// RandomResizedCrop.get_params and RandomCrop, torch.utils.data.DataLoader (order kept with workers).
 // <torch/torch.h> first: LibTorch defines a CHECK macro of its own that Catch's must replace
 // (the other tests get this order from the precompiled header; the TSan build has none).
 #include <torch/torch.h>
@@ -11,6 +11,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -276,6 +278,48 @@ TEST_CASE("augment: torchvision's crop box rules, flips, and draws fixed by seed
   CHECK(pass_a.sizes() == at::IntArrayRef{8, 1, 20, 20});
   CHECK(torch::equal(pass_a, pass_b));
   CHECK(!torch::equal((*a.begin()).first, pass_a));  // epoch 1 draws anew
+}
+
+TEST_CASE("augment: RandomCrop pads with fill and takes a window at a uniform offset (torchvision's RandomCrop)",
+          "[pipeline][augment]") {
+  // torchvision.transforms.RandomCrop(4, padding=1, fill=-1) on a 4x4 image: the image padded by
+  // one -1 on every side, then a 4x4 window whose top and left are each uniform over {0, 1, 2}.
+  const auto image = torch::arange(16, torch::kFloat).view({1, 4, 4});
+  const auto padded = torch::constant_pad_nd(image, {1, 1, 1, 1}, -1.0);
+  std::map<std::pair<std::int64_t, std::int64_t>, int> seen;
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 900; ++i) {
+    const auto out = pipeline::detail::random_crop(image, RandomCrop{.size = 4, .padding = 1, .fill = -1}, rng);
+    REQUIRE(out.sizes() == at::IntArrayRef{1, 4, 4});
+    int windows = 0;
+    for (std::int64_t top = 0; top < 3; ++top)
+      for (std::int64_t left = 0; left < 3; ++left)
+        if (torch::equal(out, padded.narrow(1, top, 4).narrow(2, left, 4))) ++seen[{top, left}], ++windows;
+    REQUIRE(windows == 1);
+  }
+  // Binomial(900, 1/9) per offset: mean 100, standard deviation 9.4.
+  REQUIRE(seen.size() == 9);
+  for (const auto& [offset, count] : seen) CHECK(std::abs(count - 100) < 40);
+
+  const auto bytes = torch::full({1, 2, 2}, 7, torch::kByte);
+  const auto shifted = pipeline::detail::random_crop(bytes, RandomCrop{.size = 2, .padding = 2, .fill = 3}, rng);
+  CHECK(shifted.scalar_type() == torch::kByte);
+  CHECK(((shifted == 7) | (shifted == 3)).all().item<bool>());
+
+  auto images = torch::randint(0, 256, {8, 1, 28, 28}, torch::kByte);
+  auto make = [&] {
+    return from(images, torch::arange(8)) | augment({.crop = RandomCrop{.size = 28, .padding = 2}, .seed = 1}) | batch(8);
+  };
+  auto a = make(), b = make();
+  const auto pass_a = (*a.begin()).first;
+  CHECK(pass_a.sizes() == at::IntArrayRef{8, 1, 28, 28});
+  CHECK(torch::equal(pass_a, (*b.begin()).first));
+  CHECK(!torch::equal(pass_a, images));
+
+  CHECK_THAT(test::message_of([&] { from(images, torch::arange(8)) | augment({.crop = RandomCrop{.size = 0}}); }),
+             Contains("RandomCrop needs size >= 1 and padding >= 0, got size 0"));
+  CHECK_THAT(test::message_of([&] { pipeline::detail::random_crop(image, RandomCrop{.size = 10, .padding = 1}, rng); }),
+             Contains("RandomCrop of size 10 does not fit a 4x4 image padded by 1"));
 }
 
 TEST_CASE("Device stages: pin_memory passes through without CUDA, device_augment normalizes once", "[pipeline][device]") {

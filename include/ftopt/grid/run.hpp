@@ -80,6 +80,12 @@ struct RunOptions {
   OptimizerFactory optimizer = adamw;
   std::ostream* log = nullptr;  ///< one line per combination when set
 
+  /// The learning rate for a combination: lr times its Peft policy's lr_scale (1 if none).
+  double lr_for(const Combination& combination) const {
+    const auto scale = lr_scale.find(combination.peft);
+    return lr * (scale == lr_scale.end() ? 1.0 : scale->second);
+  }
+
   void validate() const {
     ftopt::detail::check(steps >= 2, "grid::RunOptions: steps must be >= 2 (the first step is not timed), got ",
                          steps);
@@ -125,8 +131,7 @@ Result run_one(const Combination& combination, MakeModel& make_model, Train& tra
       trainer_options.schedule->total_steps = options.steps;
     T trainer = settings.template trainer<T>(trainer_options);
     const auto& params = trainer.prepare(model);
-    const auto scale = options.lr_scale.find(combination.peft);
-    auto optimizer = options.optimizer(params, options.lr * (scale == options.lr_scale.end() ? 1.0 : scale->second));
+    auto optimizer = options.optimizer(params, options.lr_for(combination));
     detail::StepClock clock{options.steps};
     const FitSummary fit = trainer.fit(model, *optimizer, train, clock);
     std::size_t peak = 0;

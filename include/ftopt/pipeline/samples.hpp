@@ -23,6 +23,7 @@
 #include <random>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -41,8 +42,17 @@ struct RandomResizedCrop {
   std::pair<double, double> ratio = {3.0 / 4.0, 4.0 / 3.0};
 };
 
+/// torchvision's RandomCrop(size, padding, fill): pads every side by `padding` with `fill`, then
+/// takes a size x size window at a random offset (top drawn first, then left), uniform over
+/// the offsets that fit: on a 28x28 image, size 28 and padding 2 shift it by up to 2 pixels.
+struct RandomCrop {
+  std::int64_t size = 224;
+  std::int64_t padding = 0;
+  double fill = 0.0;  ///< in the sample's own units (a standardized image's black is -mean / std)
+};
+
 struct AugmentOptions {
-  std::optional<RandomResizedCrop> crop;
+  std::optional<std::variant<RandomResizedCrop, RandomCrop>> crop;
   double horizontal_flip = 0.0;  ///< probability of a left-right flip
   std::uint64_t seed = 0;
   /// More work per sample, after crop and flip, drawing from the sample's generator. It must
@@ -95,6 +105,33 @@ inline at::Tensor resized_crop(const at::Tensor& image, const std::array<std::in
   return image.scalar_type() == at::kByte ? resized.round_().clamp_(0, 255).to(at::kByte) : resized.to(image.scalar_type());
 }
 
+inline at::Tensor random_crop(const at::Tensor& image, const RandomResizedCrop& crop, std::mt19937_64& rng) {
+  return resized_crop(image, crop_box(image.size(-2), image.size(-1), crop, rng), crop.size);
+}
+
+inline at::Tensor random_crop(const at::Tensor& image, const RandomCrop& crop, std::mt19937_64& rng) {
+  const std::int64_t p = crop.padding;
+  const at::Tensor padded = p > 0 ? at::constant_pad_nd(image, {p, p, p, p}, crop.fill) : image;
+  const std::int64_t H = padded.size(-2), W = padded.size(-1);
+  ftopt::detail::check(H >= crop.size && W >= crop.size, "pipeline::augment: RandomCrop of size ", crop.size,
+                       " does not fit a ", image.size(-2), "x", image.size(-1), " image padded by ", p);
+  const auto top = std::uniform_int_distribution<std::int64_t>(0, H - crop.size)(rng);
+  const auto left = std::uniform_int_distribution<std::int64_t>(0, W - crop.size)(rng);
+  return padded.narrow(-2, top, crop.size).narrow(-1, left, crop.size).contiguous();
+}
+
+inline void validate(const RandomResizedCrop& c) {
+  ftopt::detail::check(c.size >= 1 && c.scale.first > 0 && c.scale.first <= c.scale.second && c.ratio.first > 0 &&
+                           c.ratio.first <= c.ratio.second,
+                       "pipeline::augment: RandomResizedCrop needs size >= 1 and 0 < scale.first <= scale.second, "
+                       "0 < ratio.first <= ratio.second");
+}
+
+inline void validate(const RandomCrop& c) {
+  ftopt::detail::check(c.size >= 1 && c.padding >= 0, "pipeline::augment: RandomCrop needs size >= 1 and padding >= 0, "
+                       "got size ", c.size, " and padding ", c.padding);
+}
+
 template <class Up>
 class Cached : public Over<Up, Cached<Up>> {
 public:
@@ -138,12 +175,7 @@ public:
   Augmented(Up up, AugmentOptions options) : Over<Up, Augmented<Up>>(std::move(up)), options_(std::move(options)) {
     ftopt::detail::check(options_.horizontal_flip >= 0 && options_.horizontal_flip <= 1,
                          "pipeline::augment: horizontal_flip is a probability, got ", options_.horizontal_flip);
-    if (options_.crop)
-      ftopt::detail::check(options_.crop->size >= 1 && options_.crop->scale.first > 0 &&
-                               options_.crop->scale.first <= options_.crop->scale.second &&
-                               options_.crop->ratio.first > 0 && options_.crop->ratio.first <= options_.crop->ratio.second,
-                           "pipeline::augment: RandomResizedCrop needs size >= 1 and 0 < scale.first <= scale.second, "
-                           "0 < ratio.first <= ratio.second");
+    if (options_.crop) std::visit([](const auto& crop) { validate(crop); }, *options_.crop);
   }
   void prepare_pass(std::uint64_t epoch) {
     this->up_.prepare_pass(epoch);
@@ -154,10 +186,8 @@ public:
     if (!sample.data.defined()) return sample;
     std::mt19937_64 rng(splitmix64(splitmix64(options_.seed) ^ splitmix64(epoch_ + 0x51ed2701) ^
                                    static_cast<std::uint64_t>(this->key(k))));
-    if (options_.crop) {
-      const auto box = crop_box(sample.data.size(-2), sample.data.size(-1), *options_.crop, rng);
-      sample.data = resized_crop(sample.data, box, options_.crop->size);
-    }
+    if (options_.crop)
+      sample.data = std::visit([&](const auto& crop) { return random_crop(sample.data, crop, rng); }, *options_.crop);
     if (options_.horizontal_flip > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng) < options_.horizontal_flip)
       sample.data = sample.data.flip({-1});
     if (options_.custom) sample = options_.custom(std::move(sample), rng);
@@ -229,7 +259,7 @@ inline auto cache(std::int64_t max_bytes = -1) {
   });
 }
 
-/// Random crop, flip and custom work per sample, on the CPU.
+/// Random crop (RandomResizedCrop or RandomCrop), flip and custom work per sample, on the CPU.
 inline auto augment(AugmentOptions options) {
   return detail::adaptor([options = std::move(options)]<class R>(R&& range) {
     static_assert(detail::check_sample_stage<detail::Held<R>>());
