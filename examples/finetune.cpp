@@ -10,11 +10,13 @@
 //                           [--auto [--budget SECONDS] [--grid-steps N]] [--grid DIR [--grid-steps N]]
 //                           [--profile FILE]
 //                           [--vit-hidden N] [--vit-layers N] [--vit-dropout P]
-//                           [--label-smoothing P] [--warmup-steps N]
+//                           [--label-smoothing P] [--warmup-steps N] [--checkpoint FILE]
 //                           [--train-limit N] [--data DIR] [--cache DIR]
 //
 // --all-classes instead trains the model on all ten classes and reports its test accuracy, to
-// compare with the benchmark table in Fashion-MNIST's README.
+// compare with the benchmark table in Fashion-MNIST's README. With --checkpoint FILE it writes a
+// checkpoint after every epoch (atomically) and, when FILE exists, resumes from it first: a long
+// run stopped part-way goes on where it was when the same command is run again.
 //
 // The ViT's policies can be chosen by name (--precision, --peft, --memory, --quant): the
 // combination is one of the main grid's Trainers, compiled in (grid::Grid::visit), trained
@@ -58,6 +60,7 @@ struct Args {
   double vit_dropout = 0.0;  // the ViT's hidden dropout (HF: hidden_dropout_prob)
   double label_smoothing = 0.0;      // cross-entropy's label_smoothing (as torch.nn.CrossEntropyLoss)
   std::int64_t warmup_steps = 50;    // WarmupCosine's linear warm-up
+  std::string checkpoint;            // --all-classes: resume from and save to this file
   std::string peft, memory, quant;  // set: train this combination of the main grid
   bool autotune = false;
   double budget = 0;                 // --auto: seconds (0: no limit)
@@ -92,6 +95,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--vit-dropout") args.vit_dropout = examples::fraction("finetune", flag, value);
     else if (flag == "--label-smoothing") args.label_smoothing = examples::fraction("finetune", flag, value);
     else if (flag == "--warmup-steps") args.warmup_steps = examples::count("finetune", flag, value);
+    else if (flag == "--checkpoint") args.checkpoint = value;
     else if (flag == "--peft") args.peft = value;
     else if (flag == "--memory") args.memory = value;
     else if (flag == "--quant") args.quant = value;
@@ -104,7 +108,7 @@ Args parse(int argc, char** argv) {
     else ftopt::detail::fail("finetune: unknown option ", flag, " (known: --model, --epochs, --pretrain-epochs, "
                              "--all-classes, --precision, --augment, --peft, --memory, --quant, --auto, --budget, "
                              "--grid, --grid-steps, --profile, --lr, --vit-hidden, --vit-layers, --vit-dropout, "
-                             "--label-smoothing, --warmup-steps, --train-limit, --data, --cache)");
+                             "--label-smoothing, --warmup-steps, --checkpoint, --train-limit, --data, --cache)");
   }
   ftopt::detail::check(args.model == "resnet" || args.model == "vit", "finetune: --model must be resnet or vit, got '",
                        args.model, "'");
@@ -119,6 +123,7 @@ Args parse(int argc, char** argv) {
   ftopt::detail::check(modes == 0 || args.all_classes || args.model == "vit",
                        "finetune: --peft, --memory, --quant, --auto and --grid choose among the ViT's policy grid; "
                        "use them with --model vit");
+  ftopt::detail::check(args.checkpoint.empty() || args.all_classes, "finetune: --checkpoint goes with --all-classes");
   ftopt::detail::check(args.grid_steps >= 2, "finetune: --grid-steps must be >= 2, got ", args.grid_steps);
   return args;
 }
@@ -182,6 +187,10 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
   ftopt::data::TensorBatches test_batches(test_set.images, test_set.labels, {.batch_size = 500, .shuffle = false});
   const auto& params = trainer.prepare(model);
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(lr).weight_decay(0.05));
+  if (const auto& saved = trainer.options().checkpoint; saved && std::filesystem::exists(saved->path)) {
+    trainer.load_checkpoint(saved->path, model, optimizer);
+    std::cerr << "resumed from " << saved->path.string() << " after epoch " << trainer.progress().epochs << '\n';
+  }
   const auto fit = [&] {
     if (!Pipelines || loading == Loading::InMemory) {
       ftopt::data::TensorBatches batches(train_set.images, train_set.labels, {.batch_size = 128, .seed = 1});
@@ -211,7 +220,7 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
   }
   auto test = trainer.evaluate(model, test_batches);
   std::cerr << "test accuracy " << std::fixed << std::setprecision(2) << 100.0 * test.accuracy.value_or(0) << "%\n";
-  Row row{std::move(setup), seconds / static_cast<double>(fit.epochs.size()),
+  Row row{std::move(setup), fit.epochs.empty() ? 0.0 : seconds / static_cast<double>(fit.epochs.size()),
           static_cast<double>(peak_bytes) / (1 << 20), numel(params), numel(model->parameters()),
           test.accuracy.value_or(0), seconds > 0 ? waiting / seconds : 0.0};
   if (!int8) return row;
@@ -432,6 +441,7 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
   const double lr = args.lr > 0 ? args.lr : args.model == "vit" ? 1e-3 : 2e-3;
 
   if (args.all_classes) {
+    if (!args.checkpoint.empty()) options.checkpoint = ftopt::CheckpointOptions{.path = args.checkpoint};
     torch::manual_seed(0);
     auto model = make(10);
     const bool bf16 = use_bf16(args);
