@@ -14,6 +14,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include <ftopt/detail/batched_matmul.hpp>
+
 #define FTOPT_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||        \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -103,7 +105,8 @@ private:
 /// dropout on the attention weights. q: [..., L, d], k and v: [..., S, d]; a boolean mask is true
 /// where attention is allowed, a float mask is added. On LibTorch >= 2.0 this is
 /// at::scaled_dot_product_attention (flash / memory-efficient kernels where they apply); on 1.13
-/// it is the same math written out (the private 1.13 op changed its signature in 2.0).
+/// it is the same math written out (the private 1.13 op changed its signature in 2.0), its two
+/// products through batched_matmul (1.13's at::bmm over OpenBLAS pays a BLAS call per item).
 inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k,
                                                const at::Tensor& v,
                                                const std::optional<at::Tensor>& mask = std::nullopt,
@@ -112,7 +115,7 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
   return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal);
 #else
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).mul(scale);
+  at::Tensor scores = ftopt::detail::batched_matmul(q, k.transpose(-2, -1)).mul(scale);
   if (is_causal) {
     auto allowed = at::ones({q.size(-2), k.size(-2)}, q.options().dtype(at::kBool)).tril();
     scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
@@ -128,7 +131,7 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
   const bool low = scores.scalar_type() == at::kBFloat16 || scores.scalar_type() == at::kHalf;
   at::Tensor weights = low ? at::softmax(scores, -1, at::kFloat).to(scores.scalar_type()) : at::softmax(scores, -1);
   if (dropout_p > 0.0) weights = at::dropout(weights, dropout_p, /*train=*/true);
-  return at::matmul(weights, v);
+  return ftopt::detail::batched_matmul(weights, v);
 #endif
 }
 

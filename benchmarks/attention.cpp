@@ -1,0 +1,99 @@
+// Attention's small batched products on the CPU: at::matmul (on Debian's 1.13 over OpenBLAS, a
+// BLAS call per batch item) against ftopt::detail::batched_matmul's AVX2/FMA kernel, forward and
+// backward, side by side in one process, one thread (counters: median of each, and the ratio).
+//
+//   build/benchmarks/bench_attention --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+//
+// The first cases are the main job's ViT (batch 128, 4 heads, 50 tokens of 16 dims): the score
+// product q k^T, the weighted sum P v, the whole of compat::scaled_dot_product_attention against
+// the same math through at::matmul, and a whole training step of the ViT (forward, backward,
+// AdamW) with batched_matmul switched on and off. The last ones sit above batched_matmul's size
+// limit (64^3 per item and more), calling the kernel directly, to show why it stops there.
+
+#include <cmath>
+#include <cstdint>
+
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <ftopt/detail/batched_matmul.hpp>
+#include <ftopt/detail/compat.hpp>
+#include <ftopt/models/vit.hpp>
+
+#include "side_by_side.hpp"
+
+namespace {
+
+/// One forward and backward of c = product(a, b).
+template <class Product>
+void step(Product product, const torch::Tensor& a, const torch::Tensor& b) {
+  auto c = product(a, b);
+  torch::autograd::grad({c}, {a, b}, {torch::ones_like(c)});
+}
+
+void compare_products(benchmark::State& state, std::int64_t items, std::int64_t m, std::int64_t k, std::int64_t n) {
+  at::set_num_threads(1);
+  torch::manual_seed(0);
+  auto a = torch::randn({items, m, k}, torch::requires_grad()), b = torch::randn({items, k, n}, torch::requires_grad());
+  const auto kernel = [](const at::Tensor& x, const at::Tensor& y) {
+    return ftopt::detail::batched_matmul_kernel::Function::apply(x, y);
+  };
+  ftopt::bench::side_by_side(state, {{"at_matmul", [&] { step([](auto& x, auto& y) { return at::matmul(x, y); }, a, b); }},
+                                     {"ftopt", [&] { step(kernel, a, b); }}});
+  state.counters["applies"] = ftopt::detail::batched_matmul_applies(a, b);
+}
+
+void BM_ViTScores(benchmark::State& state) { compare_products(state, 512, 50, 16, 50); }  // q k^T
+void BM_ViTWeightedSum(benchmark::State& state) { compare_products(state, 512, 50, 50, 16); }  // P v
+void BM_Item64Cubed(benchmark::State& state) { compare_products(state, 64, 64, 64, 64); }
+void BM_Item128Cubed(benchmark::State& state) { compare_products(state, 16, 128, 128, 128); }
+
+/// softmax(q k^T / sqrt(d)) v with at::matmul's products: 1.13's math before batched_matmul.
+at::Tensor attention_with_at_matmul(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  return at::matmul(at::softmax(at::matmul(q, k.transpose(-2, -1)).mul(scale), -1), v);
+}
+
+void BM_ViTAttention(benchmark::State& state) {
+  at::set_num_threads(1);
+  torch::manual_seed(0);
+  auto make = [] { return torch::randn({128, 4, 50, 16}, torch::requires_grad()); };
+  auto q = make(), k = make(), v = make();
+  auto run = [&](auto attention) {
+    auto out = attention(q, k, v);
+    torch::autograd::grad({out}, {q, k, v}, {torch::ones_like(out)});
+  };
+  ftopt::bench::side_by_side(
+      state, {{"at_matmul", [&] { run(attention_with_at_matmul); }},
+              {"ftopt", [&] { run([](auto& x, auto& y, auto& z) { return ftopt::compat::scaled_dot_product_attention(x, y, z); }); }}});
+}
+
+/// One training step of the main job's ViT (patch 4 on 28x28: 50 tokens; d 64, 4 heads, MLP
+/// 128) on a batch of 128, layers as the state's argument.
+void BM_ViTTrainStep(benchmark::State& state) {
+  at::set_num_threads(1);
+  torch::manual_seed(0);
+  ftopt::models::ViT vit({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 64, .layers = state.range(0),
+                          .heads = 4, .intermediate = 128, .num_labels = 10});
+  torch::optim::AdamW optimizer(vit->parameters(), torch::optim::AdamWOptions(1e-3));
+  auto images = torch::randn({128, 1, 28, 28});
+  auto labels = torch::randint(10, {128});
+  auto train_step = [&](bool kernel) {
+    ftopt::detail::batched_matmul_enabled() = kernel;
+    optimizer.zero_grad();
+    torch::nn::functional::cross_entropy(vit->forward(images), labels).backward();
+    optimizer.step();
+  };
+  ftopt::bench::side_by_side(state, {{"at_matmul", [&] { train_step(false); }}, {"ftopt", [&] { train_step(true); }}});
+  ftopt::detail::batched_matmul_enabled() = true;
+}
+
+} // namespace
+
+BENCHMARK(BM_ViTTrainStep)->Arg(4)->Arg(6)->Unit(benchmark::kMillisecond)->Iterations(30);
+BENCHMARK(BM_ViTScores)->Unit(benchmark::kMillisecond)->Iterations(50);
+BENCHMARK(BM_ViTWeightedSum)->Unit(benchmark::kMillisecond)->Iterations(50);
+BENCHMARK(BM_ViTAttention)->Unit(benchmark::kMillisecond)->Iterations(50);
+BENCHMARK(BM_Item64Cubed)->Unit(benchmark::kMillisecond)->Iterations(50);
+BENCHMARK(BM_Item128Cubed)->Unit(benchmark::kMillisecond)->Iterations(50);
+BENCHMARK_MAIN();
