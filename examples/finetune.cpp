@@ -9,7 +9,7 @@
 //                           [--peft full|lora|adapter] [--memory none|checkpoint] [--quant none|dynamic-int8]
 //                           [--auto [--budget SECONDS] [--grid-steps N]] [--grid DIR [--grid-steps N]]
 //                           [--profile FILE]
-//                           [--vit-hidden N] [--vit-layers N] [--vit-dropout P]
+//                           [--vit-hidden N] [--vit-layers N] [--vit-mlp N] [--vit-dropout P]
 //                           [--label-smoothing P] [--warmup-steps N] [--checkpoint FILE]
 //                           [--train-limit N] [--data DIR] [--cache DIR]
 //
@@ -57,6 +57,7 @@ struct Args {
   bool augment = false;
   std::int64_t vit_hidden = 64;  // the ViT's width (MLP 2x) and depth
   std::int64_t vit_layers = 4;
+  std::int64_t vit_mlp = 2;  // the ViT's MLP width as a multiple of its width (HF ViT-Base: 4)
   double vit_dropout = 0.0;  // the ViT's hidden dropout (HF: hidden_dropout_prob)
   double label_smoothing = 0.0;      // cross-entropy's label_smoothing (as torch.nn.CrossEntropyLoss)
   std::int64_t warmup_steps = 50;    // WarmupCosine's linear warm-up
@@ -92,6 +93,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--lr") args.lr = examples::positive("finetune", flag, value);
     else if (flag == "--vit-hidden") args.vit_hidden = examples::count("finetune", flag, value);
     else if (flag == "--vit-layers") args.vit_layers = examples::count("finetune", flag, value);
+    else if (flag == "--vit-mlp") args.vit_mlp = examples::count("finetune", flag, value);
     else if (flag == "--vit-dropout") args.vit_dropout = examples::fraction("finetune", flag, value);
     else if (flag == "--label-smoothing") args.label_smoothing = examples::fraction("finetune", flag, value);
     else if (flag == "--warmup-steps") args.warmup_steps = examples::count("finetune", flag, value);
@@ -107,7 +109,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--cache") args.cache = value;
     else ftopt::detail::fail("finetune: unknown option ", flag, " (known: --model, --epochs, --pretrain-epochs, "
                              "--all-classes, --precision, --augment, --peft, --memory, --quant, --auto, --budget, "
-                             "--grid, --grid-steps, --profile, --lr, --vit-hidden, --vit-layers, --vit-dropout, "
+                             "--grid, --grid-steps, --profile, --lr, --vit-hidden, --vit-layers, --vit-mlp, --vit-dropout, "
                              "--label-smoothing, --warmup-steps, --checkpoint, --train-limit, --data, --cache)");
   }
   ftopt::detail::check(args.model == "resnet" || args.model == "vit", "finetune: --model must be resnet or vit, got '",
@@ -118,6 +120,7 @@ Args parse(int argc, char** argv) {
   ftopt::detail::check(args.vit_hidden % 4 == 0 && args.vit_hidden > 0,
                        "finetune: --vit-hidden must be a positive multiple of the 4 heads, got ", args.vit_hidden);
   ftopt::detail::check(args.vit_layers >= 1, "finetune: --vit-layers must be >= 1");
+  ftopt::detail::check(args.vit_mlp >= 1, "finetune: --vit-mlp must be >= 1, got ", args.vit_mlp);
   const int modes = int(args.named()) + int(args.autotune) + int(!args.grid_dir.empty()) + int(args.all_classes);
   ftopt::detail::check(modes <= 1, "finetune: choose one of --peft/--memory/--quant, --auto, --grid and --all-classes");
   ftopt::detail::check(modes == 0 || args.all_classes || args.model == "vit",
@@ -149,7 +152,7 @@ ftopt::models::ResNet make_resnet(const Args&, std::int64_t classes) {
 }
 ftopt::models::ViT make_vit(const Args& args, std::int64_t classes) {
   return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = args.vit_hidden,
-                             .layers = args.vit_layers, .heads = 4, .intermediate = 2 * args.vit_hidden,
+                             .layers = args.vit_layers, .heads = 4, .intermediate = args.vit_mlp * args.vit_hidden,
                              .num_labels = classes, .dropout = args.vit_dropout});
 }
 
@@ -468,6 +471,7 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
                       (args.model == "vit" && (args.vit_hidden != 64 || args.vit_layers != 4)
                            ? "-d" + std::to_string(args.vit_hidden) + "-l" + std::to_string(args.vit_layers)
                            : "") +
+                      (args.model == "vit" && args.vit_mlp != 2 ? "-mlp" + std::to_string(args.vit_mlp) : "") +
                       (args.model == "vit" && args.vit_dropout > 0 ? "-dropout" + std::to_string(args.vit_dropout) : "") +
                       "-fashion-mnist-classes0-4-epochs" + std::to_string(args.pretrain_epochs) +
                       (args.train_limit ? "-limit" + std::to_string(args.train_limit) : "") + ".pt");
