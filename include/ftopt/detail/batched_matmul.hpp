@@ -73,7 +73,7 @@ inline bool batched_matmul_applies(const at::Tensor& a, const at::Tensor& b) {
 namespace batched_matmul_kernel {
 
 #if FTOPT_BATCHED_MATMUL_AVX2
-/// Lanes [0, width) of an 8-float vector, for masked loads and stores (width in [0, 8]).
+/// Lanes [0, width) of an 8-float vector, for the masked load of a row's last vector (width in [0, 8]).
 __attribute__((target("avx2,fma"))) inline __m256i lanes(std::int64_t width) {
   const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(width)), index);
@@ -122,7 +122,7 @@ __attribute__((target("avx2,fma"))) inline void block(const float* a, Strides sa
   }
 }
 
-/// All rows of one item's C in columns [j0, j0 + width), several rows at a time: eight
+/// All rows of one item's C in columns [j0, j0 + width), several rows at a time: six to eight
 /// accumulators, enough independent FMA chains to hide their latency.
 template <int Vectors>
 __attribute__((target("avx2,fma"))) inline void columns(const float* a, Strides sa, const float* b, float* c,
@@ -156,8 +156,8 @@ __attribute__((target("avx2,fma"))) inline void items(const float* a, Strides sa
 }
 #endif
 
-/// The product of contiguous-able float32 CPU a [..., m, k] and b [..., k, n] with equal batch
-/// dims, no autograd; at::matmul's where the kernel is not available.
+/// The product of float32 CPU a [..., m, k] (any strides) and b [..., k, n] (copied to contiguous
+/// rows if need be) with equal batch dims, no autograd; at::matmul's where the kernel is not available.
 inline at::Tensor product(const at::Tensor& a, const at::Tensor& b) {
   if (!batched_matmul_kernel_available()) return at::matmul(a, b);
   const std::int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
