@@ -18,7 +18,7 @@ namespace {
 
 bool have_cuda() {
   if (torch::cuda::is_available()) return true;
-  WARN("skipped: no CUDA device");
+  ftopt::test::skip("no CUDA device");
   return false;
 }
 

@@ -23,11 +23,14 @@ TEST_CASE("configure sets intra-op threads and reports the machine", "[hardware]
 }
 
 TEST_CASE("the BLAS in the report is the one ATen loaded", "[hardware]") {
-  // Debian's libtorch calls libblas.so.3; with libopenblas0-openmp installed (the set-up script
-  // installs it) the alternative points at OpenBLAS, which the report must name.
+  // The pip wheel's LibTorch carries MKL inside; Debian's calls libblas.so.3, and with
+  // libopenblas0-openmp installed (the set-up script installs it) the alternative points at
+  // OpenBLAS, which the report must name.
   const auto blas = ftopt::hardware::configure().blas;
   CAPTURE(blas);
-  if (std::filesystem::exists("/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3"))
+  if (at::hasMKL())
+    CHECK_THAT(blas, Catch::Contains("MKL"));
+  else if (std::filesystem::exists("/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3"))
     CHECK_THAT(blas, Catch::Contains("OpenBLAS"));
   CHECK_FALSE(blas.empty());
 }

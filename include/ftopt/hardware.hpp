@@ -19,6 +19,7 @@
 
 #include <c10/core/Device.h>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
@@ -102,6 +103,7 @@ inline std::string loaded_blas() {
       if (word == "USE_OPENMP") out += " (OpenMP)";
     return out;
   }
+  if (found.empty() && at::hasMKL()) return "MKL (linked into LibTorch)";  // the pip wheel
   if (found.empty()) return "built in or unknown";
   if (found.find("blas/libblas") != std::string::npos)
     return "reference BLAS (slow: install libopenblas0-openmp) " + found;

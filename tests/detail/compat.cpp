@@ -57,17 +57,18 @@ TEST_CASE("scaled_dot_product_attention is softmax(q k^T / sqrt(d) + mask) v", "
   torch::manual_seed(5);
   auto q = torch::randn({4, 3}, torch::kDouble), k = torch::randn({5, 3}, torch::kDouble),
        v = torch::randn({5, 2}, torch::kDouble);
-  using ftopt::compat::scaled_dot_product_attention;
-  CHECK(torch::allclose(scaled_dot_product_attention(q, k, v),
+  // Qualified calls: at::scaled_dot_product_attention is found by argument-dependent lookup too.
+  namespace compat = ftopt::compat;
+  CHECK(torch::allclose(compat::scaled_dot_product_attention(q, k, v),
                         attention_by_hand(q, k, v, [](auto, auto) { return true; })));
 
   auto some = [](std::int64_t i, std::int64_t j) { return (i + j) % 2 == 0 || j == 0; };
   auto mask = torch::zeros({4, 5}, torch::kBool);
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 5; ++j) mask[i][j] = some(i, j);
-  CHECK(torch::allclose(scaled_dot_product_attention(q, k, v, mask), attention_by_hand(q, k, v, some)));
+  CHECK(torch::allclose(compat::scaled_dot_product_attention(q, k, v, mask), attention_by_hand(q, k, v, some)));
 
   auto ks = k.narrow(0, 0, 4), vs = v.narrow(0, 0, 4);
-  CHECK(torch::allclose(scaled_dot_product_attention(q, ks, vs, std::nullopt, 0.0, /*is_causal=*/true),
+  CHECK(torch::allclose(compat::scaled_dot_product_attention(q, ks, vs, std::nullopt, 0.0, /*is_causal=*/true),
                         attention_by_hand(q, ks, vs, [](auto i, auto j) { return j <= i; })));
 }

@@ -215,7 +215,7 @@ static void check_alone_equals_single(torch::Device device) {
 
 static bool have_gloo() {
   if (parallel::has_backend(parallel::Backend::Gloo)) return true;
-  WARN("skipped: this build has no Gloo backend");
+  test::skip("this build has no Gloo backend");
   return false;
 }
 
@@ -226,11 +226,11 @@ TEST_CASE("Ddp alone (WORLD_SIZE 1) trains exactly as Single", "[parallel][ddp]"
 
 TEST_CASE("CUDA: Ddp over NCCL on one GPU trains exactly as Single", "[cuda][ddp]") {
   if (!torch::cuda::is_available()) {
-    WARN("skipped: no CUDA device");
+    test::skip("no CUDA device");
     return;
   }
   if (!parallel::has_backend(parallel::Backend::Nccl)) {
-    WARN("skipped: this build has no NCCL backend");
+    test::skip("this build has no NCCL backend");
     return;
   }
   check_alone_equals_single(torch::kCUDA);

@@ -93,7 +93,7 @@ TEST_CASE("Bf16True keeps weights, gradients and optimizer state in bf16", "[pre
   auto summary = trainer.fit(model, optimizer, test::random_batches(4, 16));
   CHECK(summary.epochs.back().loss < summary.epochs.front().loss);
   for (auto& p : model->parameters()) {
-    auto& state = static_cast<torch::optim::AdamWParamState&>(*optimizer.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+    auto& state = static_cast<torch::optim::AdamWParamState&>(*optimizer.state().at(ftopt::compat::optimizer_state_key(p)));
     CHECK(state.exp_avg().scalar_type() == torch::kBFloat16);
   }
 }

@@ -22,7 +22,7 @@ inline std::vector<std::pair<std::string, at::Generator>> rng_generators() {
   std::vector<std::pair<std::string, at::Generator>> out;
   out.emplace_back("cpu", at::globalContext().defaultGenerator(c10::Device(c10::kCPU)));
   if (torch::cuda::is_available())
-    for (std::size_t i = 0; i < torch::cuda::device_count(); ++i)
+    for (int i = 0, n = static_cast<int>(torch::cuda::device_count()); i < n; ++i)
       out.emplace_back("cuda" + std::to_string(i),
                        at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(i))));
   return out;

@@ -8,10 +8,14 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <sstream>
+#include <string>
+#include <type_traits>
 #include <variant>
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
 #include <ftopt/detail/batched_matmul.hpp>
@@ -133,6 +137,19 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
   if (dropout_p > 0.0) weights = at::dropout(weights, dropout_p, /*train=*/true);
   return ftopt::detail::batched_matmul(weights, v);
 #endif
+}
+
+/// The key under which torch::optim::Optimizer::state() files a parameter's state: the address
+/// of its TensorImpl, as text on 1.13 (c10::guts::to_string, since removed) and as a pointer on 2.x.
+inline auto optimizer_state_key(const at::Tensor& parameter) {
+  using Key = typename std::remove_cvref_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << parameter.unsafeGetTensorImpl();
+    return text.str();
+  } else {
+    return static_cast<Key>(parameter.unsafeGetTensorImpl());
+  }
 }
 
 /// Variant access for LibTorch's option variants: c10::variant on 1.13, std::variant on 2.x.

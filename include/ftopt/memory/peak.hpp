@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
@@ -142,9 +143,14 @@ private:
   static c10::DeviceIndex cuda_index(c10::Device device) {
     return device.has_index() ? device.index() : c10::cuda::current_device();
   }
-  /// The aggregate (all pools) allocated-bytes statistic, which every LibTorch version keeps first.
-  static auto cuda_allocated(c10::DeviceIndex index) {
-    return c10::cuda::CUDACachingAllocator::getDeviceStats(index).allocated_bytes[0];
+  struct AllocatedBytes {
+    std::int64_t current, peak;
+  };
+  /// The aggregate (all pools) allocated-bytes statistic, which every LibTorch version keeps first
+  /// (its type moved between 1.13 and 2.x).
+  static AllocatedBytes cuda_allocated(c10::DeviceIndex index) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    return {stats.allocated_bytes[0].current, stats.allocated_bytes[0].peak};
   }
 #endif
 };

@@ -1,0 +1,50 @@
+#pragma once
+// The C++ side of a peer test (tests/peer/peer.py runs it): `peer_<topic> COMMAND ARGS... WORK`,
+// where WORK is the folder the Python side writes inputs to and reads ftopt's outputs from.
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ftopt/weights/files.hpp>
+
+namespace ftopt::peer {
+
+/// A command: its arguments (without the work folder) and the work folder.
+using Command = std::function<void(const std::vector<std::string>& args, const std::filesystem::path& work)>;
+
+/// Runs the command argv[1] with argv[2..n-2] and the work folder argv[n-1]; errors go to stderr
+/// with exit code 1, an unknown command lists the known ones.
+inline int main(int argc, char** argv, const std::map<std::string, Command>& commands) {
+  try {
+    if (argc < 3) throw std::runtime_error("usage: " + std::string(argv[0]) + " COMMAND [ARGS...] WORK");
+    auto found = commands.find(argv[1]);
+    if (found == commands.end()) {
+      std::string known;
+      for (const auto& [name, _] : commands) known += (known.empty() ? "" : ", ") + name;
+      throw std::runtime_error("unknown command '" + std::string(argv[1]) + "' (known: " + known + ")");
+    }
+    found->second(std::vector<std::string>(argv + 2, argv + argc - 1), argv[argc - 1]);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << argv[0] << ": " << e.what() << "\n";
+    return 1;
+  }
+}
+
+/// Reads a safetensors file of the work folder.
+inline weights::StateDict load(const std::filesystem::path& work, const std::string& name) {
+  return weights::load_file(work / name);
+}
+/// Writes tensors to a safetensors file of the work folder (contiguous, on the CPU).
+inline void save(const std::filesystem::path& work, const std::string& name, const weights::StateDict& tensors) {
+  weights::StateDict out;
+  for (const auto& item : tensors) out.insert(item.key(), item.value().detach().cpu().contiguous());
+  weights::save_file(work / name, out, weights::Format::Safetensors);
+}
+
+} // namespace ftopt::peer

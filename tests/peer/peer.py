@@ -1,0 +1,90 @@
+"""Shared by the peer tests: each tests/peer/<topic>.py makes inputs and expected values with the
+real Python library, runs ftopt's side (the C++ program peer_<topic>, built from <topic>.cpp) on
+them through files in a work folder, and compares. Expected values are whatever the library
+produces on this run; nothing is checked in.
+
+    peer = Peer("resnet")           # parses --ftopt PROGRAM --work DIR
+    peer.ftopt("logits", "resnet18")   # runs PROGRAM logits resnet18 DIR, fails the test on a non-zero exit
+    peer.close("resnet18 logits", got, expected, atol=1e-5)
+    peer.done()                     # prints "peer resnet: N checks passed" (exit 0), or exits 1
+
+A check that fails prints its name and the largest difference and the test exits 1 at done()
+(every check runs, so one run shows every mismatch).
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")        # nothing here may reach a hub
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+class Peer:
+    def __init__(self, topic):
+        parser = argparse.ArgumentParser(description=f"peer test: {topic}")
+        parser.add_argument("--ftopt", required=True, help="the C++ side, peer_" + topic)
+        parser.add_argument("--work", required=True, help="a scratch folder (emptied first)")
+        args = parser.parse_args()
+        self.topic, self.program, self.work = topic, args.ftopt, args.work
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.work)
+        self.passed, self.failed = 0, []
+        torch.manual_seed(0)
+        print(f"peer {topic}: torch {torch.__version__}, work folder {self.work}", flush=True)
+
+    def path(self, name):
+        return os.path.join(self.work, name)
+
+    def save(self, name, tensors):
+        """Writes {name: tensor} as a safetensors file in the work folder (contiguous copies)."""
+        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, self.path(name))
+
+    def load(self, name):
+        return load_file(self.path(name))
+
+    def ftopt(self, *args):
+        """Runs the C++ side: PROGRAM ARGS... WORK; its output is shown; a failure ends the test."""
+        command = [self.program, *map(str, args), self.work]
+        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        sys.stdout.write(result.stdout)
+        if result.returncode != 0:
+            print(f"peer {self.topic}: FAILED: {' '.join(command)} exited with {result.returncode}")
+            sys.exit(1)
+        return result.stdout
+
+    def check(self, name, ok, detail=""):
+        if ok:
+            self.passed += 1
+            print(f"  ok   {name} {detail}")
+        else:
+            self.failed.append(name)
+            print(f"  FAIL {name} {detail}")
+
+    def close(self, name, got, expected, atol, rtol=0.0):
+        """|got - expected| <= atol + rtol |expected| everywhere, same shape."""
+        got, expected = got.detach().double(), expected.detach().double()
+        if got.shape != expected.shape:
+            return self.check(name, False, f"shape {tuple(got.shape)} != {tuple(expected.shape)}")
+        diff = (got - expected).abs()
+        bound = atol + rtol * expected.abs()
+        worst = diff.max().item() if diff.numel() else 0.0
+        self.check(name, bool((diff <= bound).all()), f"(max |diff| {worst:.3g}, atol {atol:g}, rtol {rtol:g})")
+
+    def equal(self, name, got, expected):
+        same = got.dtype == expected.dtype and got.shape == expected.shape and torch.equal(got, expected)
+        self.check(name, same, f"({got.dtype} {tuple(got.shape)} vs {expected.dtype} {tuple(expected.shape)})")
+
+    def done(self):
+        if self.failed:
+            print(f"peer {self.topic}: {len(self.failed)} of {self.passed + len(self.failed)} checks FAILED: "
+                  + ", ".join(self.failed))
+            sys.exit(1)
+        if self.passed == 0:
+            print(f"peer {self.topic}: no check ran")
+            sys.exit(1)
+        print(f"peer {self.topic}: {self.passed} checks passed")
