@@ -5,11 +5,12 @@
 # It holds the torch wheel whose LibTorch is ftopt's default build and the live peers the `peer`
 # tests compare against. A venv is used only once a run has installed every pin and imported it
 # (the `.complete` marker); a half-installed one is repaired by running pip over it again.
-# After sourcing: $venv, $venv_python, $torch_cmake_dir.
+# FTOPT_PINS and FTOPT_VENV override the pins file and the venv's folder (tests/setup_bad_input.sh).
+# After calling ftopt_python_env ROOT: $venv, $venv_python, $torch_cmake_dir.
 
 ftopt_python_env() {
   local root=$1
-  local pins=$root/scripts/python-requirements.txt
+  local pins=${FTOPT_PINS:-$root/scripts/python-requirements.txt}
   local base_python=${FTOPT_PYTHON:-python3}
   if ! command -v "$base_python" >/dev/null 2>&1; then
     echo "ftopt setup: no $base_python on PATH. Fix: apt-get install python3 python3-venv" \
@@ -19,7 +20,7 @@ ftopt_python_env() {
   local pyver key
   pyver=$("$base_python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   key=$(sha256sum "$pins" | cut -c1-12)
-  venv=${FTOPT_VENV_ROOT:-$HOME/.cache/ftopt}/venv-py$pyver-$key
+  venv=${FTOPT_VENV:-${FTOPT_VENV_ROOT:-$HOME/.cache/ftopt}/venv-py$pyver-$key}
   venv_python=$venv/bin/python
 
   if [ ! -f "$venv/.complete" ]; then
@@ -36,10 +37,10 @@ ftopt_python_env() {
         return 1
       fi
     fi
-    echo "ftopt setup: installing the pins of scripts/python-requirements.txt into $venv" \
+    echo "ftopt setup: installing the pins of $pins into $venv" \
          "(torch with its CUDA libraries: about 3.5 GB to download the first time)"
     if ! "$venv_python" -m pip install --disable-pip-version-check -q -r "$pins"; then
-      echo "ftopt setup: pip could not install scripts/python-requirements.txt into $venv" \
+      echo "ftopt setup: pip could not install the pins of $pins into $venv" \
            "(pip's message is above: a pin that cannot be found, or no route to the package" \
            "registry). Fix the pin or the network, then rerun the same command: it repairs the" \
            "venv in place." >&2

@@ -141,8 +141,9 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
 
 /// The key under which torch::optim::Optimizer::state() files a parameter's state: the address
 /// of its TensorImpl, as text on 1.13 (c10::guts::to_string, since removed) and as a pointer on 2.x.
-inline auto optimizer_state_key(const at::Tensor& parameter) {
-  using Key = typename std::remove_cvref_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+template <class Key = typename std::remove_cvref_t<
+              decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type>
+Key optimizer_state_key(const at::Tensor& parameter) {
   if constexpr (std::is_same_v<Key, std::string>) {
     std::ostringstream text;
     text << parameter.unsafeGetTensorImpl();

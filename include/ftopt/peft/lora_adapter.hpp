@@ -1,9 +1,12 @@
 #pragma once
-/// LoRA adapters on disk, as Hugging Face PEFT writes them: a folder with
+/// LoRA adapters on disk, as Hugging Face PEFT writes and reads them: a folder with
 /// `adapter_model.safetensors` (the trainable tensors only, named "base_model.model.<name>",
-/// e.g. "base_model.model.vit.encoder.layer.0.attention.attention.query.lora_A.weight") and
+/// e.g. "base_model.model.vit.encoder.layer.0.attention.attention.query.lora_A.weight"; a
+/// target's own bias is "<target>.base_layer.bias", as PEFT's LoraLayer wraps the Linear) and
 /// `adapter_config.json` (LoraConfig's field names: peft_type, r, lora_alpha, lora_dropout,
-/// target_modules, bias, modules_to_save, use_rslora, ...).
+/// target_modules, bias, modules_to_save, use_rslora, ...). Checked against PEFT 0.21 both ways
+/// by tests/peer/peft.py. When the Python model names its modules differently from ftopt's
+/// (transformers 5's ViT), pass AdapterNames (peft/adapter_names.hpp) to all three functions.
 ///
 ///   ftopt::peft::save_adapter(*model, trainer.peft(), "adapter");
 ///   auto lora = ftopt::peft::lora_config("adapter");               // the saved LoraOptions
@@ -13,12 +16,15 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 
 #include <ftopt/detail/atomic_file.hpp>
 #include <ftopt/error.hpp>
+#include <ftopt/peft/adapter_names.hpp>
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/weights/safetensors.hpp>
 #include <ftopt/weights/state_dict.hpp>
@@ -50,22 +56,27 @@ inline nn::NamePatterns patterns_from(const nlohmann::json& value) {
 }
 } // namespace detail
 
-/// Writes the module's trainable tensors and the Lora settings into `dir` (created if needed).
-inline void save_adapter(const torch::nn::Module& module, const Lora& policy, const std::filesystem::path& dir) {
+/// Writes the module's trainable tensors and the Lora settings into `dir` (created if needed),
+/// under PEFT's names (`names` renames the modules, see AdapterNames).
+inline void save_adapter(const torch::nn::Module& module, const Lora& policy, const std::filesystem::path& dir,
+                         const AdapterNames& names = {}) {
   const LoraOptions& lora = policy.options();
   std::filesystem::create_directories(dir);
+  const auto own = weights::state_dict(module);
   weights::StateDict adapter;
-  for (const auto& item : weights::state_dict(module))
-    if (item.value().requires_grad()) adapter.insert(peft_prefix + item.key(), item.value());
+  for (const auto& [own_key, peft_key] : peft_keys(module, names))
+    if (own[own_key].requires_grad()) adapter.insert(peft_prefix + peft_key, own[own_key]);
   ftopt::detail::check(!adapter.is_empty(), "save_adapter: the module has no trainable tensors (was Lora attached?)");
   nlohmann::ordered_json config = {
       {"peft_type", "LORA"},
       {"r", lora.r},
       {"lora_alpha", lora.alpha},
       {"lora_dropout", lora.dropout},
-      {"target_modules", detail::patterns_json(lora.targets)},
+      {"target_modules", detail::patterns_json(patterns_to_peft(module, lora.targets, names))},
       {"bias", detail::bias_name(lora.bias)},
-      {"modules_to_save", lora.modules_to_save.empty() ? nlohmann::json(nullptr) : detail::patterns_json(lora.modules_to_save)},
+      {"modules_to_save", lora.modules_to_save.empty()
+                              ? nlohmann::json(nullptr)
+                              : detail::patterns_json(patterns_to_peft(module, lora.modules_to_save, names))},
       {"use_rslora", lora.rslora},
       {"fan_in_fan_out", false},
       {"init_lora_weights", true},
@@ -103,19 +114,47 @@ inline LoraOptions lora_config(const std::filesystem::path& dir) {
   }
 }
 
+/// The same, with target_modules and modules_to_save turned into ftopt's names of `module`'s
+/// modules (the model before Lora is attached) when `names` renames them.
+inline LoraOptions lora_config(const std::filesystem::path& dir, const torch::nn::Module& module,
+                               const AdapterNames& names) {
+  LoraOptions lora = lora_config(dir);
+  lora.targets = patterns_from_peft(module, lora.targets, names);
+  lora.modules_to_save = patterns_from_peft(module, lora.modules_to_save, names);
+  return lora;
+}
+
 /// Loads a saved adapter into a module that has the same Lora attached. Every tensor of the file
-/// must find its place; the module's other tensors are left as they are.
-inline weights::LoadReport load_adapter(torch::nn::Module& module, const std::filesystem::path& dir) {
+/// must find its place; the module's other tensors are left as they are. Keys are PEFT's (see
+/// peft_keys; ftopt's own names are accepted too). PEFT's copies of a modules_to_save module
+/// beside its saved tensors, "<module>.original_module.*" (the frozen original) and
+/// "<module>.modules_to_save.*" (which bias="all" adds), are skipped: ftopt trains that module
+/// in place.
+inline weights::LoadReport load_adapter(torch::nn::Module& module, const std::filesystem::path& dir,
+                                        const AdapterNames& names = {}) {
   const auto path = dir / "adapter_model.safetensors";
   weights::StateDict file = weights::load_safetensors(path);
-  weights::StateDict renamed;
-  const std::string prefix = peft_prefix;
-  for (const auto& item : file)
-    renamed.insert(item.key().starts_with(prefix) ? item.key().substr(prefix.size()) : item.key(), item.value());
+  std::unordered_map<std::string, std::string> own_key_of;
+  for (const auto& [own_key, peft_key] : peft_keys(module, names)) own_key_of.emplace(peft_key, own_key);
   const auto own = weights::state_dict(module);
+  const std::string prefix = peft_prefix;
+  auto strip = [&](const std::string& key) { return key.starts_with(prefix) ? key.substr(prefix.size()) : key; };
+  weights::StateDict renamed;
   std::vector<std::string> stray;
-  for (const auto& item : renamed)
-    if (!own.contains(item.key())) stray.push_back(item.key());
+  for (const auto& item : file) {
+    std::string key = strip(item.key());
+    if (key.find(".original_module.") != std::string::npos) continue;
+    if (const auto at = key.find(".modules_to_save."); at != std::string::npos) {
+      key.erase(at + 1, std::string("modules_to_save.").size());
+      if (file.contains(prefix + key)) continue;
+    }
+    if (const auto found = own_key_of.find(key); found != own_key_of.end())
+      renamed.insert(found->second, item.value());
+    else if (own.contains(key))
+      renamed.insert(key, item.value());
+    else
+      stray.push_back(item.key());
+  }
   ftopt::detail::check(stray.empty(), "load_adapter: ", path.string(), ": ", stray.size(),
                        " tensors have no place in the model (is the same Lora attached?), first: ",
                        stray.empty() ? "" : stray.front());

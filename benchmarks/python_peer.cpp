@@ -1,0 +1,190 @@
+// ftopt against Python doing the same work on the same machine, side by side in one run: each
+// iteration runs one ftopt training step and one step of each Python process (python_peer.py:
+// transformers' ViT and PEFT's LoRA, eager and under torch.compile), in a rotating order, so
+// machine noise falls on all three alike. Both sides use the same thread count, take turns (a
+// waiting Python blocks on a read), and time their own step; Python reports its time over a pipe.
+//
+//   FTOPT_BENCH_THREADS=2 build/benchmarks/bench_python_peer     (prints a table at the end)
+//
+// Cases, as issue 18 names them: the d-256 ViT (6 blocks, 4 heads, MLP 512, 4x4 patches of
+// 28x28 images = 50 tokens, batch 128, AdamW) in fp32, under bf16 autocast, and under bf16 with
+// LoRA r 8 on query and value; the 784-64-10 MLP, batch 32, fp32. Counters: the median step of
+// each (ms) and eager_x / compile_x, Python's time over ftopt's (above 1: ftopt is faster).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+
+#include "side_by_side.hpp"
+
+namespace {
+
+/// One python_peer.py process, driven a line at a time over two pipes.
+class PythonPeer {
+public:
+  PythonPeer(const std::string& case_name, const std::string& mode, int threads) {
+    const char* python = std::getenv("FTOPT_PYTHON");
+    const std::string exe = python ? python : FTOPT_PYTHON_EXE;
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("python peer: pipe failed");
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("python peer: fork failed");
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      close(to_child[1]);
+      close(from_child[0]);
+      execl(exe.c_str(), exe.c_str(), FTOPT_PEER_SCRIPT, static_cast<char*>(nullptr));
+      std::perror(("python peer: cannot run " + exe).c_str());
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    in_ = fdopen(to_child[1], "w");
+    out_ = fdopen(from_child[0], "r");
+    const auto ready = ask("setup " + case_name + " " + mode + " " + std::to_string(threads));
+    if (ready.rfind("ready", 0) != 0)
+      throw std::runtime_error("python peer (" + case_name + ", " + mode + ") did not set up: '" + ready +
+                               "' (its error is above; FTOPT_PYTHON=" + exe + ")");
+  }
+  ~PythonPeer() {
+    std::fputs("quit\n", in_);
+    std::fclose(in_);
+    std::fclose(out_);
+    waitpid(pid_, nullptr, 0);
+  }
+  PythonPeer(const PythonPeer&) = delete;
+  PythonPeer& operator=(const PythonPeer&) = delete;
+
+  /// One step, as timed by Python (seconds).
+  double step() { return std::stod(ask("step")); }
+
+private:
+  std::string ask(const std::string& line) {
+    std::fprintf(in_, "%s\n", line.c_str());
+    std::fflush(in_);
+    char buffer[256];
+    if (!std::fgets(buffer, sizeof buffer, out_)) return "(no answer: the process ended)";
+    std::string answer(buffer);
+    while (!answer.empty() && (answer.back() == '\n' || answer.back() == '\r')) answer.pop_back();
+    return answer;
+  }
+
+  pid_t pid_ = -1;
+  std::FILE* in_ = nullptr;
+  std::FILE* out_ = nullptr;
+};
+
+int bench_threads() {
+  const char* text = std::getenv("FTOPT_BENCH_THREADS");
+  return text ? std::atoi(text) : ftopt::hardware::available_cpus();
+}
+
+struct Row {
+  std::string name;
+  double ftopt_ms, eager_ms, compile_ms;
+};
+std::vector<Row>& rows() {
+  static std::vector<Row> all;
+  return all;
+}
+
+/// Times `ftopt_step` against the same case in Python, eager and compiled.
+template <class Step>
+void compare(benchmark::State& state, const std::string& case_name, Step ftopt_step) {
+  const int threads = bench_threads();
+  at::set_num_threads(threads);
+  PythonPeer eager(case_name, "eager", threads), compiled(case_name, "compile", threads);
+  for (int i = 0; i < 3; ++i) ftopt_step();
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> mine, theirs_eager, theirs_compiled;
+  int turn = 0;
+  for (auto _ : state) {
+    for (int k = 0; k < 3; ++k) {
+      switch ((turn + k) % 3) {
+        case 0: {
+          const auto t0 = Clock::now();
+          ftopt_step();
+          mine.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+          break;
+        }
+        case 1: theirs_eager.push_back(eager.step()); break;
+        default: theirs_compiled.push_back(compiled.step()); break;
+      }
+    }
+    turn = (turn + 1) % 3;
+  }
+  using ftopt::bench::median;
+  const Row row{case_name, median(mine) * 1e3, median(theirs_eager) * 1e3, median(theirs_compiled) * 1e3};
+  state.counters["ftopt_ms"] = row.ftopt_ms;
+  state.counters["eager_ms"] = row.eager_ms;
+  state.counters["compile_ms"] = row.compile_ms;
+  state.counters["eager_x"] = row.eager_ms / row.ftopt_ms;
+  state.counters["compile_x"] = row.compile_ms / row.ftopt_ms;
+  state.counters["threads"] = threads;
+  rows().push_back(row);
+}
+
+ftopt::models::ViT vit() {
+  return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256, .layers = 6,
+                             .heads = 4, .intermediate = 512, .num_labels = 10});
+}
+
+template <class Precision, class Peft = ftopt::peft::Full>
+void vit_case(benchmark::State& state, const std::string& name, Peft peft = {}) {
+  torch::manual_seed(0);
+  auto model = vit();
+  ftopt::Trainer<Precision, Peft> trainer({.device = torch::kCPU, .report_hardware = false}, {}, std::move(peft));
+  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4));
+  const std::pair batch{torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})};
+  compare(state, name, [&] { trainer.train_step(model, optimizer, batch); });
+}
+
+void vit_fp32_full(benchmark::State& state) { vit_case<ftopt::precision::Fp32>(state, "vit_fp32_full"); }
+void vit_bf16_full(benchmark::State& state) { vit_case<ftopt::precision::Bf16Mixed>(state, "vit_bf16_full"); }
+void vit_bf16_lora(benchmark::State& state) {
+  vit_case<ftopt::precision::Bf16Mixed>(
+      state, "vit_bf16_lora", ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "value"}}));
+}
+void mlp_fp32_full(benchmark::State& state) {
+  torch::manual_seed(0);
+  ftopt::models::Mlp model({.in = 784, .hidden = {64}, .out = 10});
+  ftopt::Trainer<> trainer({.device = torch::kCPU, .report_hardware = false});
+  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4));
+  const std::pair batch{torch::randn({32, 784}), torch::randint(0, 10, {32})};
+  compare(state, "mlp_fp32_full", [&] { trainer.train_step(model, optimizer, batch); });
+}
+
+} // namespace
+
+BENCHMARK(vit_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
+BENCHMARK(vit_bf16_full)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
+BENCHMARK(vit_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
+BENCHMARK(mlp_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(400)->UseRealTime();
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  std::cout << "\n| step (" << bench_threads() << " threads, LibTorch " << TORCH_VERSION
+            << ") | Python eager | Python torch.compile | ftopt | eager / ftopt | compile / ftopt |\n"
+            << "|---|---|---|---|---|---|\n";
+  for (const auto& r : rows()) {
+    char line[256];
+    std::snprintf(line, sizeof line, "| %s | %.3f ms | %.3f ms | %.3f ms | %.2fx | %.2fx |\n", r.name.c_str(),
+                  r.eager_ms, r.compile_ms, r.ftopt_ms, r.eager_ms / r.ftopt_ms, r.compile_ms / r.ftopt_ms);
+    std::cout << line;
+  }
+}

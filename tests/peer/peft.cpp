@@ -1,0 +1,133 @@
+// The C++ side of tests/peer/peft.py: ftopt's ViT on the base checkpoint transformers saved,
+// with LoRA adapters read from PEFT's files ("load") or written for PEFT to read ("save").
+// Module names are transformers 5's in-memory ViT names (what PEFT writes), through
+// peft::AdapterNames; "names" lists them so the Python side can check them against the model.
+#include <cmath>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <ftopt/models/vit.hpp>
+#include <ftopt/peft/lora.hpp>
+#include <ftopt/peft/lora_adapter.hpp>
+
+#include "peer.hpp"
+
+namespace {
+using namespace ftopt;
+
+/// transformers 5's renaming of ViTModel's checkpoint names (conversion_mapping.py, "ViTModel"),
+/// in its order; ftopt's ViT has the checkpoint's names.
+const peft::AdapterNames transformers_vit{{
+    {R"(encoder\.layer\.)", "layers."},
+    {R"(attention\.query)", "q_proj"},
+    {R"(attention\.key)", "k_proj"},
+    {R"(attention\.value)", "v_proj"},
+    {R"(attention\.output\.dense)", "attention.o_proj"},
+    {R"(intermediate\.dense)", "mlp.fc1"},
+    {R"(output\.dense)", "mlp.fc2"},
+}};
+
+/// The Python side's config: image_size 28, patch_size 7, one channel, hidden 32, 2 layers,
+/// 4 heads, intermediate 64, 10 labels; the weights are transformers' save_pretrained file.
+models::ViT base_vit(const std::filesystem::path& work) {
+  models::ViT vit({.image_size = 28, .patch_size = 7, .channels = 1, .hidden = 32, .layers = 2, .heads = 4,
+                   .intermediate = 64, .num_labels = 10});
+  weights::load(*vit, work / "base" / "model.safetensors");  // strict: every name matches
+  return vit;
+}
+
+at::Tensor logits(models::ViT& vit, const std::filesystem::path& work) {
+  vit->eval();
+  torch::NoGradGuard no_grad;
+  return vit->forward(peer::load(work, "input.safetensors")["x"]);
+}
+
+nlohmann::json texts(const nn::NamePatterns& patterns) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : patterns) out.push_back(p.text);
+  return out;
+}
+
+void write_json(const std::filesystem::path& path, const nlohmann::json& value) {
+  std::ofstream out(path);
+  out << value.dump(2) << '\n';
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+peft::LoraBias bias_from(const std::string& name) {
+  if (name == "none") return peft::LoraBias::None;
+  if (name == "lora_only") return peft::LoraBias::LoraOnly;
+  if (name == "all") return peft::LoraBias::All;
+  throw std::runtime_error("unknown bias " + name);
+}
+} // namespace
+
+int main(int argc, char** argv) {
+  return peer::main(argc, argv, {
+    // names: the PEFT names of the bare ViT's tensors -> names.json
+    {"names", [](const std::vector<std::string>&, const std::filesystem::path& work) {
+       nlohmann::json names = nlohmann::json::array();
+       for (const auto& [own, peft_key] : peft::peft_keys(*base_vit(work), transformers_vit)) names.push_back(peft_key);
+       write_json(work / "names.json", names);
+     }},
+    // load CASE: PEFT's adapter in work/CASE -> CASE.ftopt.safetensors (base and adapted logits)
+    // and CASE.ftopt.json (the settings ftopt read, how many tensors it loaded)
+    {"load", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 1) throw std::runtime_error("load needs one argument: the adapter's folder");
+       const auto dir = work / args[0];
+       auto vit = base_vit(work);
+       const auto base = logits(vit, work);
+       const peft::LoraOptions options = peft::lora_config(dir, *vit, transformers_vit);
+       peft::Lora lora(options);
+       lora.validate();
+       lora.attach(*vit);
+       const auto report = peft::load_adapter(*vit, dir, transformers_vit);
+       weights::StateDict out;
+       out.insert("base", base);
+       out.insert("logits", logits(vit, work));
+       peer::save(work, args[0] + ".ftopt.safetensors", out);
+       write_json(work / (args[0] + ".ftopt.json"),
+                  {{"r", options.r}, {"lora_alpha", options.alpha}, {"lora_dropout", options.dropout},
+                   {"bias", peft::detail::bias_name(options.bias)}, {"use_rslora", options.rslora},
+                   {"target_modules", texts(options.targets)}, {"modules_to_save", texts(options.modules_to_save)},
+                   {"lora_layers", lora.branches().size()}, {"loaded", report.loaded}});
+     }},
+    // save CASE R ALPHA BIAS RSLORA MODULES_TO_SAVE (0/1, a name or "-"): a Lora on the base with
+    // every trainable tensor set to non-zero values, written to work/CASE for PEFT; its logits
+    // before and after merge, and the merged weights -> CASE.ftopt.safetensors
+    {"save", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 6) throw std::runtime_error("save needs CASE R ALPHA BIAS RSLORA MODULES_TO_SAVE");
+       peft::LoraOptions options{.r = std::stoll(args[1]), .alpha = std::stod(args[2]), .dropout = 0.0,
+                                 .targets = {"query", "value"}, .bias = bias_from(args[3]),
+                                 .rslora = args[4] == "1"};
+       if (args[5] != "-") options.modules_to_save = {args[5]};
+       auto vit = base_vit(work);
+       peft::Lora lora(options);
+       lora.validate();
+       lora.attach(*vit);
+       {
+         // Deterministic, non-zero values of about the size training gives (B starts at zero).
+         torch::NoGradGuard no_grad;
+         double k = 0;
+         for (auto& item : vit->named_parameters())
+           if (item.value().requires_grad()) {
+             auto& t = item.value();
+             t.add_((0.05 * torch::sin(0.37 * torch::arange(t.numel(), torch::kDouble) + k)).view(t.sizes()).to(t.scalar_type()));
+             k += 1;
+           }
+       }
+       peft::save_adapter(*vit, lora, work / args[0], transformers_vit);
+       weights::StateDict out;
+       out.insert("logits", logits(vit, work));
+       lora.merge(*vit);
+       out.insert("merged_logits", logits(vit, work));
+       for (const auto& item : weights::state_dict(*vit))
+         if (item.key().find(".lora_") == std::string::npos) out.insert("merged." + item.key(), item.value());
+       peer::save(work, args[0] + ".ftopt.safetensors", out);
+     }},
+  });
+}

@@ -1,0 +1,152 @@
+"""Hugging Face PEFT's LoRA adapters and ftopt's, both ways, on a small random transformers
+ViTForImageClassification (ftopt's models::ViT loads the base from its save_pretrained file).
+
+(a) PEFT -> ftopt: get_peft_model(LoraConfig(...)) trains one AdamW step (so lora_B, the biases
+    asked for and the classifier are non-zero / changed) and save_pretrained writes the adapter;
+    ftopt reads adapter_config.json and adapter_model.safetensors and gives PeftModel's logits.
+(b) ftopt -> PEFT: ftopt attaches the same Lora, sets every trainable tensor to non-zero values
+    and writes the adapter; PeftModel.from_pretrained gives ftopt's logits, and so does
+    merge_and_unload(), whose weights are ftopt's merged weights.
+
+transformers 5 names ViT's modules vit.layers.N.attention.q_proj in memory (the checkpoint keeps
+vit.encoder.layer.N.attention.attention.query), and PEFT 0.21 writes and matches adapters with the
+in-memory names, so PEFT's side targets q_proj/v_proj and ftopt's query/value, through
+peft::AdapterNames; the "names" check ties ftopt's renaming to this transformers.
+
+Tolerances: logits 1e-5 (float32 on the same ATen, the same operations in the same order up to
+SDPA's kernel choice; observed ~1e-7); after a merge 1e-5 as well (W + s B A is rounded once,
+then summed in a different order than W x + s B (A x)); merged weights 1e-6 (both compute
+W + (B @ A) * s in float32).
+"""
+import copy
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+import transformers
+from safetensors.torch import load_file
+from transformers import ViTConfig, ViTForImageClassification
+
+from peer import Peer
+
+# This file is peft.py: take its folder off the path so `import peft` finds the library.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
+import peft  # noqa: E402
+from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
+
+LOGITS_ATOL = 1e-5
+MERGED_ATOL = 1e-5
+WEIGHTS_ATOL = 1e-6
+
+peer = Peer("peft")
+print(f"peer peft: peft {peft.__version__}, transformers {transformers.__version__}")
+config = ViTConfig(image_size=28, patch_size=7, num_channels=1, hidden_size=32, num_hidden_layers=2,
+                   num_attention_heads=4, intermediate_size=64, num_labels=10)
+base = ViTForImageClassification(config)
+with torch.no_grad():  # LayerNorms away from 1 and 0, so their weights and biases matter
+    for name, p in base.named_parameters():
+        if "layernorm" in name:
+            p.add_(torch.randn_like(p) * 0.1)
+base.eval()
+base.save_pretrained(peer.path("base"))
+x = torch.randn(4, 1, 28, 28)
+labels = torch.randint(0, 10, (4,))
+peer.save("input.safetensors", {"x": x})
+with torch.no_grad():
+    base_logits = base(pixel_values=x).logits
+
+peer.ftopt("names")
+with open(peer.path("names.json")) as f:
+    names = json.load(f)
+expected_names = list(base.state_dict().keys())
+peer.check("ftopt's PEFT names of the ViT's tensors are this transformers' module names",
+           sorted(names) == sorted(expected_names),
+           f"({len(names)} names; only ftopt: {sorted(set(names) - set(expected_names))[:3]}, "
+           f"only transformers: {sorted(set(expected_names) - set(names))[:3]})")
+
+
+def logits(model):
+    with torch.no_grad():
+        return model(pixel_values=x).logits
+
+
+def changed(name, got, reference):
+    """The adapter must move the logits, or a logits match would not show it was loaded."""
+    worst = (got - reference).abs().max().item()
+    peer.check(f"{name}: the adapter changes the logits", worst > 100 * LOGITS_ATOL, f"(max |diff| {worst:.3g})")
+
+
+# (a) PEFT -> ftopt
+peft_cases = {
+    "peft_plain": dict(r=4, lora_alpha=8, bias="none", use_rslora=False, modules_to_save=["classifier"]),
+    "peft_lora_only_rslora": dict(r=8, lora_alpha=16, bias="lora_only", use_rslora=True, modules_to_save=None),
+    "peft_all_rslora": dict(r=4, lora_alpha=12, bias="all", use_rslora=True, modules_to_save=["classifier"]),
+}
+for case, settings in peft_cases.items():
+    model = get_peft_model(copy.deepcopy(base), LoraConfig(target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
+                                                           **settings))
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    F.cross_entropy(model(pixel_values=x).logits, labels).backward()
+    optimizer.step()
+    model.eval()
+    lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
+    peer.check(f"{case}: PEFT's step made every lora_B non-zero", len(lora_b) == 4 and all(b.abs().max() > 0 for b in lora_b))
+    model.save_pretrained(peer.path(case))
+    expected = logits(model)
+    changed(case, expected, base_logits)
+
+    peer.ftopt("load", case)
+    got = peer.load(case + ".ftopt.safetensors")
+    with open(peer.path(case + ".ftopt.json")) as f:
+        read = json.load(f)
+    if case == "peft_plain":
+        peer.close("base ViT logits (ftopt on transformers' save_pretrained file)", got["base"], base_logits,
+                   atol=LOGITS_ATOL)
+    wanted = dict(r=settings["r"], lora_alpha=settings["lora_alpha"], bias=settings["bias"],
+                  use_rslora=settings["use_rslora"], lora_dropout=0.0, target_modules=["query", "value"],
+                  modules_to_save=settings["modules_to_save"] or [], lora_layers=4)
+    read_back = {k: (sorted(v) if isinstance(v, list) else v) for k, v in read.items() if k in wanted}
+    peer.check(f"{case}: ftopt reads PEFT's adapter_config.json", read_back == wanted, f"({read_back})")
+    adapter = load_file(peer.path(case + "/adapter_model.safetensors"))
+    copies = [k for k in adapter if ".original_module." in k or ".modules_to_save." in k]
+    peer.check(f"{case}: ftopt loads every tensor of PEFT's file but the wrapper's copies",
+               read["loaded"] == len(adapter) - len(copies), f"({read['loaded']} of {len(adapter)}, {len(copies)} copies)")
+    peer.close(f"{case}: PeftModel's logits", got["logits"], expected, atol=LOGITS_ATOL)
+
+# (b) ftopt -> PEFT
+ftopt_cases = {
+    "ftopt_plain": dict(r=4, lora_alpha=8, bias="none", use_rslora=False, modules_to_save="classifier"),
+    "ftopt_lora_only_rslora": dict(r=8, lora_alpha=16, bias="lora_only", use_rslora=True, modules_to_save="classifier"),
+    "ftopt_all": dict(r=4, lora_alpha=12, bias="all", use_rslora=False, modules_to_save="-"),
+}
+for case, s in ftopt_cases.items():
+    peer.ftopt("save", case, s["r"], s["lora_alpha"], s["bias"], int(s["use_rslora"]), s["modules_to_save"])
+    got = peer.load(case + ".ftopt.safetensors")
+    changed(case, got["logits"], base_logits)
+    model = PeftModel.from_pretrained(copy.deepcopy(base), peer.path(case)).eval()
+    read = model.peft_config["default"]
+    read_back = dict(r=read.r, lora_alpha=read.lora_alpha, bias=read.bias, use_rslora=read.use_rslora,
+                     target_modules=sorted(read.target_modules), modules_to_save=read.modules_to_save)
+    wanted = dict(r=s["r"], lora_alpha=s["lora_alpha"], bias=s["bias"], use_rslora=s["use_rslora"],
+                  target_modules=["q_proj", "v_proj"],
+                  modules_to_save=None if s["modules_to_save"] == "-" else [s["modules_to_save"]])
+    peer.check(f"{case}: PEFT reads ftopt's adapter_config.json", read_back == wanted, f"({read_back})")
+    peer.close(f"{case}: PeftModel.from_pretrained gives ftopt's logits", logits(model), got["logits"],
+               atol=LOGITS_ATOL)
+    merged = model.merge_and_unload()
+    peer.close(f"{case}: merge_and_unload gives ftopt's merged logits", logits(merged), got["merged_logits"],
+               atol=MERGED_ATOL)
+    merged.save_pretrained(peer.path(case + "_merged"))  # the checkpoint's names, as ftopt's
+    merged_weights = load_file(peer.path(case + "_merged/model.safetensors"))
+    ftopt_weights = {k.removeprefix("merged."): v for k, v in got.items() if k.startswith("merged.")}
+    peer.check(f"{case}: merged checkpoints have the same names", sorted(merged_weights) == sorted(ftopt_weights),
+               f"({len(merged_weights)} vs {len(ftopt_weights)})")
+    if sorted(merged_weights) == sorted(ftopt_weights):
+        peer.close(f"{case}: merge_and_unload's weights are ftopt's merged weights",
+                   torch.cat([ftopt_weights[k].flatten() for k in sorted(ftopt_weights)]),
+                   torch.cat([merged_weights[k].flatten() for k in sorted(ftopt_weights)]), atol=WEIGHTS_ATOL)
+peer.done()
