@@ -9,19 +9,15 @@ Tolerances: learning rates are the same double-precision formula: 1e-12 relative
 else is float32 through the same ATen, but torch.optim.AdamW's exp_avg.lerp_ and LibTorch's
 mul_ + add_ round differently, and AdamW divides by sqrt(exp_avg_sq), so last-bit differences
 grow a little over 20 steps: 1e-5 on norms, gradients and weights (values of order 0.1 to 1)."""
-import os
 import statistics
-import sys
 
 import torch
 import torch.nn.functional as F
 
 from peer import Peer
 
-# transformers.optimization imports the peft package, which tests/peer/peft.py would shadow.
-sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != os.path.dirname(os.path.realpath(__file__))]
-import transformers  # noqa: E402
-from transformers import get_cosine_schedule_with_warmup  # noqa: E402
+import transformers
+from transformers import get_cosine_schedule_with_warmup
 
 STEPS, WARMUP, BATCH, IN, HIDDEN, OUT = 20, 5, 16, 8, 32, 4
 LR, BETAS, EPS, WEIGHT_DECAY = 3e-2, (0.9, 0.999), 1e-8, 0.01

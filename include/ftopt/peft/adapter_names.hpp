@@ -47,6 +47,21 @@ struct AdapterNames {
   bool renames() const { return !rules.empty(); }
 };
 
+/// transformers >= 5's in-memory names for ViTForImageClassification (models::ViT keeps the
+/// checkpoint's): the names PEFT 0.21 writes a ViT's adapters under and matches target_modules
+/// with. Checked against the live transformers 5.24 by the peer test peer.lora.
+inline AdapterNames transformers_vit_names() {
+  return {{
+      {R"(encoder\.layer\.)", "layers."},
+      {R"(attention\.query)", "q_proj"},
+      {R"(attention\.key)", "k_proj"},
+      {R"(attention\.value)", "v_proj"},
+      {R"(attention\.output\.dense)", "attention.o_proj"},
+      {R"(intermediate\.dense)", "mlp.fc1"},
+      {R"(output\.dense)", "mlp.fc2"},
+  }};
+}
+
 namespace detail {
 
 inline bool is_lora_layer(const torch::nn::Module& module) {
@@ -71,8 +86,8 @@ inline std::string last_components(const std::string& name, std::size_t count) {
 
 /// A short list of names that picks exactly `chosen` among `all`: their common last components
 /// (as many as `like` has) when that suffix picks no other name, else the full names.
-inline std::vector<std::string> names_picking(const std::vector<std::string>& chosen, const std::vector<std::string>& all,
-                                              const std::string& like) {
+inline std::vector<std::string> names_picking(const std::vector<std::string>& chosen,
+                                              const std::vector<std::string>& all, const std::string& like) {
   const auto count = static_cast<std::size_t>(std::count(like.begin(), like.end(), '.')) + 1;
   const std::string suffix = last_components(chosen.front(), count);
   bool common = true;
@@ -138,7 +153,9 @@ inline std::vector<std::pair<std::string, std::string>> peft_keys(const torch::n
     const auto dot = name.rfind('.');
     const std::string parent = dot == std::string::npos ? "" : name.substr(0, dot);
     const std::string leaf = name.substr(dot == std::string::npos ? 0 : dot + 1);
-    if ((leaf == "lora_A" || leaf == "lora_B") && std::find(lora_layers.begin(), lora_layers.end(), parent) != lora_layers.end())
+    const bool adapter_of_layer = (leaf == "lora_A" || leaf == "lora_B") &&
+                                  std::find(lora_layers.begin(), lora_layers.end(), parent) != lora_layers.end();
+    if (adapter_of_layer)
       prefix = names.module(parent) + "." + leaf + ".";  // the adapters keep the layer's PEFT name
     else if (lora)
       prefix += "base_layer.";

@@ -5,7 +5,7 @@
 /// target's own bias is "<target>.base_layer.bias", as PEFT's LoraLayer wraps the Linear) and
 /// `adapter_config.json` (LoraConfig's field names: peft_type, r, lora_alpha, lora_dropout,
 /// target_modules, bias, modules_to_save, use_rslora, ...). Checked against PEFT 0.21 both ways
-/// by tests/peer/peft.py. When the Python model names its modules differently from ftopt's
+/// by tests/peer/lora.py. When the Python model names its modules differently from ftopt's
 /// (transformers 5's ViT), pass AdapterNames (peft/adapter_names.hpp) to all three functions.
 ///
 ///   ftopt::peft::save_adapter(*model, trainer.peft(), "adapter");

@@ -1,4 +1,4 @@
-// The C++ side of tests/peer/peft.py: ftopt's ViT on the base checkpoint transformers saved,
+// The C++ side of tests/peer/lora.py: ftopt's ViT on the base checkpoint transformers saved,
 // with LoRA adapters read from PEFT's files ("load") or written for PEFT to read ("save").
 // Module names are transformers 5's in-memory ViT names (what PEFT writes), through
 // peft::AdapterNames; "names" lists them so the Python side can check them against the model.
@@ -21,15 +21,7 @@ using namespace ftopt;
 
 /// transformers 5's renaming of ViTModel's checkpoint names (conversion_mapping.py, "ViTModel"),
 /// in its order; ftopt's ViT has the checkpoint's names.
-const peft::AdapterNames transformers_vit{{
-    {R"(encoder\.layer\.)", "layers."},
-    {R"(attention\.query)", "q_proj"},
-    {R"(attention\.key)", "k_proj"},
-    {R"(attention\.value)", "v_proj"},
-    {R"(attention\.output\.dense)", "attention.o_proj"},
-    {R"(intermediate\.dense)", "mlp.fc1"},
-    {R"(output\.dense)", "mlp.fc2"},
-}};
+const peft::AdapterNames transformers_vit = peft::transformers_vit_names();
 
 /// The Python side's config: image_size 28, patch_size 7, one channel, hidden 32, 2 layers,
 /// 4 heads, intermediate 64, 10 labels; the weights are transformers' save_pretrained file.
@@ -116,7 +108,8 @@ int main(int argc, char** argv) {
          for (auto& item : vit->named_parameters())
            if (item.value().requires_grad()) {
              auto& t = item.value();
-             t.add_((0.05 * torch::sin(0.37 * torch::arange(t.numel(), torch::kDouble) + k)).view(t.sizes()).to(t.scalar_type()));
+             const auto values = 0.05 * torch::sin(0.37 * torch::arange(t.numel(), torch::kDouble) + k);
+             t.add_(values.view(t.sizes()).to(t.scalar_type()));
              k += 1;
            }
        }
