@@ -8,8 +8,11 @@
 //
 // Cases, as issue 18 names them: the d-256 ViT (6 blocks, 4 heads, MLP 512, 4x4 patches of
 // 28x28 images = 50 tokens, batch 128, AdamW) in fp32, under bf16 autocast, and under bf16 with
-// LoRA r 8 on query and value; the 784-64-10 MLP, batch 32, fp32. Counters: the median step of
-// each (ms) and eager_x / compile_x, Python's time over ftopt's (above 1: ftopt is faster).
+// LoRA r 8 on query and value; the 784-64-10 MLP, batch 32, fp32. ftopt runs twice, on twin
+// models: with torch::optim::AdamW (as Python's default AdamW, one kernel per tensor) and with
+// optim::FusedAdamW (ATen's fused kernel, Python's AdamW(fused=True)). Counters: the median step
+// of each (ms) and eager_x / compile_x, Python's time over ftopt's with AdamW (above 1: ftopt is
+// faster), and fused_x, the same over ftopt with FusedAdamW.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -93,41 +96,48 @@ int bench_threads() {
 
 struct Row {
   std::string name;
-  double ftopt_ms, eager_ms, compile_ms;
+  double ftopt_ms, fused_ms, eager_ms, compile_ms;
 };
 std::vector<Row>& rows() {
   static std::vector<Row> all;
   return all;
 }
 
-/// Times `ftopt_step` against the same case in Python, eager and compiled.
-template <class Step>
-void compare(benchmark::State& state, const std::string& case_name, Step ftopt_step) {
+/// Times ftopt's two steps (AdamW, FusedAdamW) against the same case in Python, eager and compiled.
+template <class Step, class FusedStep>
+void compare(benchmark::State& state, const std::string& case_name, Step ftopt_step, FusedStep fused_step) {
   const int threads = bench_threads();
   at::set_num_threads(threads);
   PythonPeer eager(case_name, "eager", threads), compiled(case_name, "compile", threads);
-  for (int i = 0; i < 3; ++i) ftopt_step();
+  for (int i = 0; i < 3; ++i) {
+    ftopt_step();
+    fused_step();
+  }
   using Clock = std::chrono::steady_clock;
-  std::vector<double> mine, theirs_eager, theirs_compiled;
+  auto timed = [](auto&& step) {
+    const auto t0 = Clock::now();
+    step();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  std::vector<double> mine, mine_fused, theirs_eager, theirs_compiled;
   int turn = 0;
   for (auto _ : state) {
-    for (int k = 0; k < 3; ++k) {
-      switch ((turn + k) % 3) {
-        case 0: {
-          const auto t0 = Clock::now();
-          ftopt_step();
-          mine.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-          break;
-        }
+    for (int k = 0; k < 4; ++k) {
+      switch ((turn + k) % 4) {
+        case 0: mine.push_back(timed(ftopt_step)); break;
         case 1: theirs_eager.push_back(eager.step()); break;
+        case 2: mine_fused.push_back(timed(fused_step)); break;
         default: theirs_compiled.push_back(compiled.step()); break;
       }
     }
-    turn = (turn + 1) % 3;
+    turn = (turn + 1) % 4;
   }
   using ftopt::bench::median;
-  const Row row{case_name, median(mine) * 1e3, median(theirs_eager) * 1e3, median(theirs_compiled) * 1e3};
+  const Row row{case_name, median(mine) * 1e3, median(mine_fused) * 1e3, median(theirs_eager) * 1e3,
+                median(theirs_compiled) * 1e3};
   state.counters["ftopt_ms"] = row.ftopt_ms;
+  state.counters["fused_ms"] = row.fused_ms;
+  state.counters["fused_x"] = row.eager_ms / row.fused_ms;
   state.counters["eager_ms"] = row.eager_ms;
   state.counters["compile_ms"] = row.compile_ms;
   state.counters["eager_x"] = row.eager_ms / row.ftopt_ms;
@@ -141,14 +151,34 @@ ftopt::models::ViT vit() {
                              .heads = 4, .intermediate = 512, .num_labels = 10});
 }
 
+/// One ftopt training setup: a model from `make`, its Trainer and an optimizer of type Optimizer.
+template <class Trainer, class Model, class Optimizer>
+struct Setup {
+  template <class Make, class Peft>
+  Setup(Make make, Peft peft)
+      : model(make()), trainer({.device = torch::kCPU, .report_hardware = false}, {}, std::move(peft)),
+        optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4)) {}
+  template <class Batch>
+  void step(const Batch& batch) { trainer.train_step(model, optimizer, batch); }
+  Model model;
+  Trainer trainer;
+  Optimizer optimizer;
+};
+
+/// The case on twin models, one with AdamW and one with FusedAdamW, against Python.
+template <class Trainer, class Model, class Make, class Peft, class Batch>
+void run_case(benchmark::State& state, const std::string& name, Make make, Peft peft, const Batch& batch) {
+  torch::manual_seed(0);
+  Setup<Trainer, Model, torch::optim::AdamW> plain(make, peft);
+  torch::manual_seed(0);
+  Setup<Trainer, Model, ftopt::optim::FusedAdamW> fused(make, peft);
+  compare(state, name, [&] { plain.step(batch); }, [&] { fused.step(batch); });
+}
+
 template <class Precision, class Peft = ftopt::peft::Full>
 void vit_case(benchmark::State& state, const std::string& name, Peft peft = {}) {
-  torch::manual_seed(0);
-  auto model = vit();
-  ftopt::Trainer<Precision, Peft> trainer({.device = torch::kCPU, .report_hardware = false}, {}, std::move(peft));
-  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4));
   const std::pair batch{torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})};
-  compare(state, name, [&] { trainer.train_step(model, optimizer, batch); });
+  run_case<ftopt::Trainer<Precision, Peft>, ftopt::models::ViT>(state, name, vit, std::move(peft), batch);
 }
 
 void vit_fp32_full(benchmark::State& state) { vit_case<ftopt::precision::Fp32>(state, "vit_fp32_full"); }
@@ -158,12 +188,9 @@ void vit_bf16_lora(benchmark::State& state) {
       state, "vit_bf16_lora", ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "value"}}));
 }
 void mlp_fp32_full(benchmark::State& state) {
-  torch::manual_seed(0);
-  ftopt::models::Mlp model({.in = 784, .hidden = {64}, .out = 10});
-  ftopt::Trainer<> trainer({.device = torch::kCPU, .report_hardware = false});
-  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4));
   const std::pair batch{torch::randn({32, 784}), torch::randint(0, 10, {32})};
-  compare(state, "mlp_fp32_full", [&] { trainer.train_step(model, optimizer, batch); });
+  auto make = [] { return ftopt::models::Mlp({.in = 784, .hidden = {64}, .out = 10}); };
+  run_case<ftopt::Trainer<>, ftopt::models::Mlp>(state, "mlp_fp32_full", make, ftopt::peft::Full{}, batch);
 }
 
 } // namespace
@@ -179,12 +206,14 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   std::cout << "\n| step (" << bench_threads() << " threads, LibTorch " << TORCH_VERSION
-            << ") | Python eager | Python torch.compile | ftopt | eager / ftopt | compile / ftopt |\n"
-            << "|---|---|---|---|---|---|\n";
+            << ") | Python eager | Python torch.compile | ftopt (AdamW) | ftopt (FusedAdamW) | eager / ftopt | "
+               "compile / ftopt | eager / ftopt fused | compile / ftopt fused |\n"
+            << "|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows()) {
-    char line[256];
-    std::snprintf(line, sizeof line, "| %s | %.3f ms | %.3f ms | %.3f ms | %.2fx | %.2fx |\n", r.name.c_str(),
-                  r.eager_ms, r.compile_ms, r.ftopt_ms, r.eager_ms / r.ftopt_ms, r.compile_ms / r.ftopt_ms);
+    char line[320];
+    std::snprintf(line, sizeof line, "| %s | %.3f ms | %.3f ms | %.3f ms | %.3f ms | %.2fx | %.2fx | %.2fx | %.2fx |\n",
+                  r.name.c_str(), r.eager_ms, r.compile_ms, r.ftopt_ms, r.fused_ms, r.eager_ms / r.ftopt_ms,
+                  r.compile_ms / r.ftopt_ms, r.eager_ms / r.fused_ms, r.compile_ms / r.fused_ms);
     std::cout << line;
   }
 }

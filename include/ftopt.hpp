@@ -19,6 +19,7 @@
 #include <ftopt/memory/none.hpp>
 #include <ftopt/model.hpp>
 #include <ftopt/models/mlp.hpp>
+#include <ftopt/optim/fused_adamw.hpp>
 #include <ftopt/parallel/single.hpp>
 #include <ftopt/peft/full.hpp>
 #include <ftopt/precision/fp32.hpp>

@@ -41,6 +41,39 @@ inline bool has_fused_amp_kernels(c10::DeviceType device) {
 #endif
 }
 
+/// Whether this build has ATen's fused multi-tensor AdamW kernel (at::_fused_adamw_) for a
+/// device: on CUDA from LibTorch 2.0, on the CPU from 2.4 (1.13 has neither).
+inline bool has_fused_adamw(c10::DeviceType device) {
+#if FTOPT_TORCH_AT_LEAST(2, 4)
+  return device == c10::DeviceType::CUDA || device == c10::DeviceType::CPU;
+#elif FTOPT_TORCH_AT_LEAST(2, 0)
+  return device == c10::DeviceType::CUDA;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+/// One call of at::_fused_adamw_ (decoupled weight decay, no maximize, no grad scaling): updates
+/// `params`, `exp_avgs`, `exp_avg_sqs` and, with `amsgrad`, `max_exp_avg_sqs` (else empty) in
+/// place, reading each tensor's step from `state_steps` (float32 scalars on the params' device,
+/// already incremented, as in torch/optim/adam.py's _fused_adam). All lists are as long as
+/// `params`, and every tensor shares one device and dtype. Only where has_fused_adamw(device).
+inline void fused_adamw_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                         at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs,
+                         at::TensorList state_steps, double lr, double beta1, double beta2,
+                         double weight_decay, double eps, bool amsgrad) {
+#if FTOPT_TORCH_AT_LEAST(2, 0)
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1,
+                    beta2, weight_decay, eps, amsgrad, /*maximize=*/false);
+#else
+  (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)max_exp_avg_sqs;
+  (void)state_steps, (void)lr, (void)beta1, (void)beta2, (void)weight_decay, (void)eps, (void)amsgrad;
+  TORCH_CHECK(false, "fused_adamw_: LibTorch ", torch_major, ".", torch_minor,
+              " has no at::_fused_adamw_ (check compat::has_fused_adamw first)");
+#endif
+}
+
 /// Whether CPU autocast can cast to float16 in this build (LibTorch 2.4's per-device autocast API;
 /// 1.13's CPU autocast is bf16-only).
 inline constexpr bool cpu_fp16_autocast = FTOPT_TORCH_AT_LEAST(2, 4);
