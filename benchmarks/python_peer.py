@@ -31,7 +31,8 @@ def make(case):
     model = ViTForImageClassification(config)
     if case == "vit_bf16_lora":
         from peft import LoraConfig, get_peft_model
-        model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"],
+        # ftopt's query/value: transformers 5 names them q_proj/v_proj in memory (docs/peft.md).
+        model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                                  lora_dropout=0.0, bias="none"))
     x, y = torch.randn(128, 1, 28, 28), torch.randint(0, 10, (128,))
     return model, (lambda m: m(pixel_values=x).logits), y, case != "vit_fp32_full"
