@@ -11,7 +11,7 @@ power of two and the skip pattern a yes/no: compared exactly."""
 import torch
 import torch.nn.functional as F
 
-from peer import Peer
+from peer import Mlp, Peer
 
 STEPS, BATCH, IN, HIDDEN, OUT = 16, 16, 8, 16, 4
 INIT_SCALE, GROWTH_FACTOR, BACKOFF_FACTOR, GROWTH_INTERVAL = 2.0**19, 2.0, 0.5, 3
@@ -19,19 +19,8 @@ LR, MOMENTUM = 0.1, 0.9
 INF_STEP, NAN_STEP = 7, 10
 
 
-class Classifier(torch.nn.Module):
-    """Named like ftopt's models::Mlp: layers.0 (Linear), layers.1 (ReLU), layers.2 (Linear)."""
-
-    def __init__(self):
-        super().__init__()
-        self.layers = torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUT))
-
-    def forward(self, x):
-        return self.layers(x)
-
-
 peer = Peer("fp16_scaler")
-model = Classifier()
+model = Mlp(IN, [HIDDEN], OUT)
 peer.save("weights.safetensors", model.state_dict())
 x = torch.randn(STEPS, BATCH, IN)
 y = torch.randint(0, OUT, (STEPS, BATCH))
@@ -70,7 +59,7 @@ peer.check("premise: the forward ran in float16", fp16_forward)
 peer.check("premise: the injected inf and NaN steps were skipped", bool(skipped[INF_STEP] and skipped[NAN_STEP]))
 peer.check("premise: fp16 overflow skipped a step by itself", len(natural) > 0, f"(steps {natural})")
 peer.check("premise: the scale grew after growth_interval clean steps", grew)
-fp32_model = Classifier()
+fp32_model = Mlp(IN, [HIDDEN], OUT)
 fp32_model.load_state_dict(peer.load("weights.safetensors"))
 with torch.no_grad():
     fp32_gap = (F.cross_entropy(fp32_model(x[0]), y[0]) - losses[0]).abs().item()

@@ -14,7 +14,7 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from peer import Peer
+from peer import Mlp, Peer
 
 import transformers
 from transformers import get_cosine_schedule_with_warmup
@@ -23,20 +23,9 @@ STEPS, WARMUP, BATCH, IN, HIDDEN, OUT = 20, 5, 16, 8, 32, 4
 LR, BETAS, EPS, WEIGHT_DECAY = 3e-2, (0.9, 0.999), 1e-8, 0.01
 
 
-class Classifier(torch.nn.Module):
-    """Named like ftopt's models::Mlp: layers.0 (Linear), layers.1 (ReLU), layers.2 (Linear)."""
-
-    def __init__(self):
-        super().__init__()
-        self.layers = torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUT))
-
-    def forward(self, x):
-        return self.layers(x)
-
-
 def train(initial, x, y, max_norm):
     """The Trainer's order per step: forward, loss, backward, clip, lr from the schedule, step."""
-    model = Classifier()
+    model = Mlp(IN, [HIDDEN], OUT)
     model.load_state_dict(initial)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
     schedule = get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=WARMUP, num_training_steps=STEPS)
@@ -62,7 +51,7 @@ def close_per_step(peer, what, got, expected, atol):
 
 
 peer = Peer("optim")
-initial = Classifier().state_dict()
+initial = Mlp(IN, [HIDDEN], OUT).state_dict()
 x = torch.randn(STEPS, BATCH, IN) * 2
 y = torch.randint(0, OUT, (STEPS, BATCH))
 max_norm = round(statistics.median(train(initial, x, y, float("inf"))["norm"]), 3)

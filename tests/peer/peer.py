@@ -24,6 +24,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")        # nothing here may reach a h
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+class Mlp(torch.nn.Module):
+    """ftopt's models::Mlp in PyTorch, names and all: flatten, then (Linear, ReLU) per hidden
+    width and a last Linear, as `layers.0`, `layers.1`, ... so state dicts move between them."""
+
+    def __init__(self, inputs, hidden, outputs):
+        super().__init__()
+        widths, stages = [inputs, *hidden], []
+        for a, b in zip(widths, widths[1:]):
+            stages += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+        self.layers = torch.nn.Sequential(*stages, torch.nn.Linear(widths[-1], outputs))
+
+    def forward(self, x):
+        return self.layers(x.flatten(1))
+
+
 class Peer:
     def __init__(self, topic):
         parser = argparse.ArgumentParser(description=f"peer test: {topic}")

@@ -19,21 +19,12 @@ import torch.nn as nn
 warnings.filterwarnings("ignore", message="torch.ao.quantization is deprecated")
 from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic  # noqa: E402
 
-from peer import Peer  # noqa: E402
+from peer import Mlp, Peer  # noqa: E402
 
 peer = Peer("quant")
 
 
-class Mlp(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
-
-    def forward(self, x):
-        return self.layers(x.flatten(1))
-
-
-model = Mlp().eval()
+model = Mlp(784, [256, 128], 10).eval()
 peer.save("mlp.safetensors", model.state_dict())
 x = torch.rand(64, 1, 28, 28)  # pixel-like: non-negative, as after ToTensor
 peer.save("input.safetensors", {"x": x})
