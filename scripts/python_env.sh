@@ -5,16 +5,17 @@
 # It holds the torch wheel whose LibTorch is ftopt's default build and the live peers the `peer`
 # tests compare against. A venv is used only once a run has installed every pin and imported it
 # (the `.complete` marker); a half-installed one is repaired by running pip over it again.
-# FTOPT_PINS and FTOPT_VENV override the pins file and the venv's folder (tests/setup_bad_input.sh).
+# FTOPT_PINS and FTOPT_VENV override the pins file and the venv's folder (tests/setup_bad_input.sh);
+# FTOPT_BASE_PYTHON the Python the venv is made from (python3).
 # After calling ftopt_python_env ROOT: $venv, $venv_python, $torch_cmake_dir.
 
 ftopt_python_env() {
   local root=$1
   local pins=${FTOPT_PINS:-$root/scripts/python-requirements.txt}
-  local base_python=${FTOPT_PYTHON:-python3}
+  local base_python=${FTOPT_BASE_PYTHON:-python3}
   if ! command -v "$base_python" >/dev/null 2>&1; then
     echo "ftopt setup: no $base_python on PATH. Fix: apt-get install python3 python3-venv" \
-         "(or set FTOPT_PYTHON to a Python >= 3.10), then rerun." >&2
+         "(or set FTOPT_BASE_PYTHON to a Python >= 3.10), then rerun." >&2
     return 1
   fi
   local pyver key
@@ -38,7 +39,7 @@ ftopt_python_env() {
       fi
     fi
     echo "ftopt setup: installing the pins of $pins into $venv" \
-         "(torch with its CUDA libraries: about 3.5 GB to download the first time)"
+         "(torch with its CUDA libraries: about 2.8 GB to download the first time)"
     if ! "$venv_python" -m pip install --disable-pip-version-check -q -r "$pins"; then
       echo "ftopt setup: pip could not install the pins of $pins into $venv" \
            "(pip's message is above: a pin that cannot be found, or no route to the package" \

@@ -50,12 +50,6 @@ void write_json(const std::filesystem::path& path, const nlohmann::json& value) 
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-peft::LoraBias bias_from(const std::string& name) {
-  if (name == "none") return peft::LoraBias::None;
-  if (name == "lora_only") return peft::LoraBias::LoraOnly;
-  if (name == "all") return peft::LoraBias::All;
-  throw std::runtime_error("unknown bias " + name);
-}
 } // namespace
 
 int main(int argc, char** argv) {
@@ -94,7 +88,7 @@ int main(int argc, char** argv) {
     {"save", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 6) throw std::runtime_error("save needs CASE R ALPHA BIAS RSLORA MODULES_TO_SAVE");
        peft::LoraOptions options{.r = std::stoll(args[1]), .alpha = std::stod(args[2]), .dropout = 0.0,
-                                 .targets = {"query", "value"}, .bias = bias_from(args[3]),
+                                 .targets = {"query", "value"}, .bias = peft::detail::bias_from(args[3], "save's BIAS"),
                                  .rslora = args[4] == "1"};
        if (args[5] != "-") options.modules_to_save = {args[5]};
        auto vit = base_vit(work);

@@ -154,6 +154,13 @@ TEST_CASE("Lora names its mistakes", "[peft][lora][errors]") {
              Catch::Contains("targets 'qeury' match no module; module names here:") && Catch::Contains("query"));
   LoraTrainer norms(quiet(), {}, peft::Lora({.targets = {"layernorm_before"}}));
   CHECK_THAT(test::message_of([&] { norms.prepare(model); }), Catch::Contains("is not an ftopt::nn::Linear"));
+
+  // A config whose bias is not one of PEFT's three names is refused, naming the file and value.
+  test::ScratchDir dir("lora-bad-bias");
+  std::ofstream(dir.path / "adapter_config.json")
+      << R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["query"], "bias": "everything"})";
+  CHECK_THAT(test::message_of([&] { peft::lora_config(dir.path); }),
+             Catch::Contains("adapter_config.json: bias must be none, all or lora_only, got 'everything'"));
 }
 
 TEST_CASE("Lora under Bf16Mixed, with a kept head, and PEFT's trainable report", "[peft][lora][bf16]") {

@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdint>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>

@@ -37,6 +37,12 @@ namespace detail {
 inline const char* bias_name(LoraBias bias) {
   return bias == LoraBias::All ? "all" : bias == LoraBias::LoraOnly ? "lora_only" : "none";
 }
+/// LoraConfig's bias names back to LoraBias; `where` names the file or option in the error.
+inline LoraBias bias_from(const std::string& name, const std::string& where) {
+  for (LoraBias bias : {LoraBias::None, LoraBias::All, LoraBias::LoraOnly})
+    if (name == bias_name(bias)) return bias;
+  ftopt::detail::fail(where, ": bias must be none, all or lora_only, got '", name, "'");
+}
 inline nlohmann::json patterns_json(const nn::NamePatterns& patterns) {
   // PEFT: a list of names, or one string that is a regex.
   if (patterns.size() == 1 && patterns.front().is_regex) return patterns.front().text;
@@ -103,8 +109,7 @@ inline LoraOptions lora_config(const std::filesystem::path& dir) {
     lora.alpha = config.at("lora_alpha").get<double>();
     lora.dropout = config.value("lora_dropout", 0.0);
     lora.targets = detail::patterns_from(config.at("target_modules"));
-    const auto bias = config.value("bias", std::string("none"));
-    lora.bias = bias == "all" ? LoraBias::All : bias == "lora_only" ? LoraBias::LoraOnly : LoraBias::None;
+    lora.bias = detail::bias_from(config.value("bias", std::string("none")), "lora_config: " + path.string());
     if (config.contains("modules_to_save")) lora.modules_to_save = detail::patterns_from(config["modules_to_save"]);
     lora.rslora = config.value("use_rslora", false);
     lora.validate();
