@@ -72,3 +72,64 @@ TEST_CASE("scaled_dot_product_attention is softmax(q k^T / sqrt(d) + mask) v", "
   CHECK(torch::allclose(compat::scaled_dot_product_attention(q, ks, vs, std::nullopt, 0.0, /*is_causal=*/true),
                         attention_by_hand(q, ks, vs, [](auto i, auto j) { return j <= i; })));
 }
+
+namespace {
+/// Restores the process-wide attention kernel switch when a test ends.
+struct KernelSwitch {
+  explicit KernelSwitch(ftopt::compat::AttentionKernel k) : was(ftopt::compat::attention_kernel().exchange(k)) {}
+  ~KernelSwitch() { ftopt::compat::attention_kernel() = was; }
+  ftopt::compat::AttentionKernel was;
+};
+
+/// Output and input gradients of attention under one kernel, for the same inputs and output gradient.
+std::vector<torch::Tensor> attention_with(ftopt::compat::AttentionKernel kernel, const std::vector<torch::Tensor>& qkv,
+                                          const torch::Tensor& grad, const std::optional<torch::Tensor>& mask,
+                                          bool causal) {
+  KernelSwitch use(kernel);
+  std::vector<torch::Tensor> leaves;
+  for (const auto& t : qkv) leaves.push_back(t.detach().clone().requires_grad_(true));
+  auto out = ftopt::compat::scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], mask, 0.0, causal);
+  out.backward(grad);
+  return {out.detach(), leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
+}
+} // namespace
+
+// 1.13 has no fused kernel to compare with (it always writes attention out, which the test above
+// checks against attention computed by hand).
+#if FTOPT_TORCH_AT_LEAST(2, 0)
+TEST_CASE("the written-out attention matches ATen's fused kernel, values and gradients", "[compat][attention]") {
+  using ftopt::compat::AttentionKernel;
+  torch::manual_seed(11);
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const double tol = dtype == torch::kFloat ? 1e-5 : 3e-2;
+    for (bool causal : {false, true}) {
+      for (bool masked : {false, true}) {
+        CAPTURE(dtype, causal, masked);
+        std::vector<torch::Tensor> qkv = {torch::randn({3, 2, 7, 16}), torch::randn({3, 2, 7, 16}),
+                                          torch::randn({3, 2, 7, 16})};
+        for (auto& t : qkv) t = t.to(dtype);
+        auto grad = torch::randn({3, 2, 7, 16}).to(dtype);
+        std::optional<torch::Tensor> mask;
+        if (masked && !causal) mask = torch::rand({7, 7}) > 0.3 | torch::eye(7, torch::kBool);
+        auto fused = attention_with(AttentionKernel::Fused, qkv, grad, mask, causal);
+        auto written = attention_with(AttentionKernel::WrittenOut, qkv, grad, mask, causal);
+        for (std::size_t i = 0; i < fused.size(); ++i) {
+          CAPTURE(i);
+          CHECK(torch::allclose(written[i].to(torch::kFloat), fused[i].to(torch::kFloat), tol, tol));
+        }
+      }
+    }
+  }
+}
+#endif
+
+TEST_CASE("Auto writes attention out for short CPU sequences, as measured, and fuses long ones",
+          "[compat][attention]") {
+  using ftopt::compat::attention_written_out_pays;
+  auto shaped = [](std::int64_t len, torch::Dtype dtype) { return torch::zeros({1, 1, len, 8}, dtype); };
+  CHECK(attention_written_out_pays(shaped(50, torch::kFloat), shaped(50, torch::kFloat)));
+  CHECK(attention_written_out_pays(shaped(197, torch::kFloat), shaped(197, torch::kFloat)));
+  CHECK_FALSE(attention_written_out_pays(shaped(256, torch::kFloat), shaped(256, torch::kFloat)));
+  CHECK(attention_written_out_pays(shaped(1024, torch::kBFloat16), shaped(1024, torch::kBFloat16)));
+  CHECK_FALSE(attention_written_out_pays(shaped(2048, torch::kBFloat16), shaped(2048, torch::kBFloat16)));
+}

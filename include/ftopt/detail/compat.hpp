@@ -5,6 +5,7 @@
 ///   ftopt::compat::AutocastScope scope(torch::kCPU, torch::kBFloat16);   // like torch.autocast
 ///   auto out = ftopt::compat::scaled_dot_product_attention(q, k, v);
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -138,19 +139,36 @@ private:
   at::ScalarType was_dtype_;
 };
 
-/// softmax(q k^T / sqrt(d) + mask) v over the last two dims, with optional causal masking and
-/// dropout on the attention weights. q: [..., L, d], k and v: [..., S, d]; a boolean mask is true
-/// where attention is allowed, a float mask is added. On LibTorch >= 2.0 this is
-/// at::scaled_dot_product_attention (flash / memory-efficient kernels where they apply); on 1.13
-/// it is the same math written out (the private 1.13 op changed its signature in 2.0), its two
-/// products through batched_matmul (1.13's at::bmm over OpenBLAS pays a BLAS call per item).
-inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k,
-                                               const at::Tensor& v,
-                                               const std::optional<at::Tensor>& mask = std::nullopt,
-                                               double dropout_p = 0.0, bool is_causal = false) {
-#if FTOPT_TORCH_AT_LEAST(2, 0)
-  return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal);
-#else
+/// Which kernel compat::scaled_dot_product_attention uses on LibTorch 2.x. Auto chooses by
+/// device, dtype and length (attention_written_out_pays); Fused always calls
+/// at::scaled_dot_product_attention; WrittenOut always uses the math written out. A
+/// process-wide switch, for side-by-side benchmarks and parity tests; 1.13 always writes it out.
+enum class AttentionKernel { Auto, Fused, WrittenOut };
+
+inline std::atomic<AttentionKernel>& attention_kernel() {
+  static std::atomic<AttentionKernel> kernel{AttentionKernel::Auto};
+  return kernel;
+}
+
+/// Whether, under AttentionKernel::Auto, the written-out math beats ATen's fused CPU kernel
+/// (flash attention) for these shapes. Measured on LibTorch 2.11 (docs/benchmarks.md, "Attention
+/// on the CPU"): for bf16 and fp16 the fused CPU backward is 1.5-4x slower than two GEMMs and a
+/// softmax at every length up to 1024 keys; for fp32 the written-out math wins up to ~200 query
+/// and key rows and loses beyond. Longer sequences stay fused, which also keeps no [L, S]
+/// attention matrix; on CUDA ATen's kernels always win.
+inline bool attention_written_out_pays(const at::Tensor& q, const at::Tensor& k) {
+  if (!q.device().is_cpu()) return false;
+  const std::int64_t L = q.size(-2), S = k.size(-2);
+  const bool low = q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf;
+  return low ? S <= 1024 && L <= 1024 : L * S <= 200 * 200;
+}
+
+/// softmax(q k^T / sqrt(d) + mask) v written out: two batched products and a softmax, the
+/// softmax in float32 for bf16 and fp16 scores (an fp32 island, as ATen's fused kernels
+/// accumulate it), its products through batched_matmul for small float32 matrices.
+inline at::Tensor attention_written_out(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const std::optional<at::Tensor>& mask, double dropout_p,
+                                        bool is_causal) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   at::Tensor scores = ftopt::detail::batched_matmul(q, k.transpose(-2, -1)).mul(scale);
   if (is_causal) {
@@ -163,13 +181,30 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
     else
       scores = scores + *mask;
   }
-  // Softmax is an fp32 island: half-precision scores are normalized in float32 (1.13's CPU
-  // autocast would run it in bf16).
   const bool low = scores.scalar_type() == at::kBFloat16 || scores.scalar_type() == at::kHalf;
   at::Tensor weights = low ? at::softmax(scores, -1, at::kFloat).to(scores.scalar_type()) : at::softmax(scores, -1);
   if (dropout_p > 0.0) weights = at::dropout(weights, dropout_p, /*train=*/true);
   return ftopt::detail::batched_matmul(weights, v);
+}
+
+/// softmax(q k^T / sqrt(d) + mask) v over the last two dims, with optional causal masking and
+/// dropout on the attention weights. q: [..., L, d], k and v: [..., S, d]; a boolean mask is true
+/// where attention is allowed, a float mask is added. On LibTorch >= 2.0 this is
+/// at::scaled_dot_product_attention (flash / memory-efficient kernels where they apply) unless
+/// the written-out math is measurably faster for these shapes (attention_written_out_pays:
+/// short sequences on the CPU); on 1.13 it is always written out (the private 1.13 op changed its
+/// signature in 2.0).
+inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& v,
+                                               const std::optional<at::Tensor>& mask = std::nullopt,
+                                               double dropout_p = 0.0, bool is_causal = false) {
+#if FTOPT_TORCH_AT_LEAST(2, 0)
+  const AttentionKernel kernel = attention_kernel().load(std::memory_order_relaxed);
+  const bool written_out = kernel == AttentionKernel::WrittenOut ||
+                           (kernel == AttentionKernel::Auto && attention_written_out_pays(q, k));
+  if (!written_out) return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal);
 #endif
+  return attention_written_out(q, k, v, mask, dropout_p, is_causal);
 }
 
 /// The key under which torch::optim::Optimizer::state() files a parameter's state: the address

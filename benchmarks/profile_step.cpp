@@ -1,0 +1,106 @@
+// Where one training step's time goes: the d-256 ViT of bench_precision / bench_peft (6 blocks,
+// 4 heads, 4x4 patches of 28x28, batch 128, AdamW, all CPUs), a few steps under LibTorch's
+// profiler, each op's self time (its time less the ops it called) summed over the recorded steps
+// and printed as ms per step, largest first. The tables in docs/benchmarks.md come from it.
+//
+//   build/benchmarks/bench_profile_step [fp32|bf16|bf16-frozen] [full|lora] [steps]
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+
+namespace {
+
+namespace prof = torch::autograd::profiler;
+
+struct Row {
+  double self_us = 0;
+  std::int64_t calls = 0;
+};
+
+/// Self time per op name over the events of every thread: a push opens a range, its pop closes
+/// it, and a range's time less its children's is its own.
+std::map<std::string, Row> self_times(const prof::thread_event_lists& lists) {
+  std::map<std::string, Row> rows;
+  for (const auto& events : lists) {
+    struct Open {
+      const prof::LegacyEvent* push;
+      double children_us;
+    };
+    std::vector<Open> stack;
+    for (const auto& e : events) {
+      if (e.kind() == prof::EventKind::PushRange) stack.push_back({&e, 0});
+      else if (e.kind() == prof::EventKind::PopRange && !stack.empty()) {
+        const Open open = stack.back();
+        stack.pop_back();
+        const double total = open.push->cpuElapsedUs(e);
+        Row& row = rows[open.push->name()];
+        row.self_us += total - open.children_us;
+        ++row.calls;
+        if (!stack.empty()) stack.back().children_us += total;
+      }
+    }
+  }
+  return rows;
+}
+
+template <class Precision, class Peft>
+int profile(Peft peft, int steps) {
+  torch::manual_seed(0);
+  ftopt::models::ViT model({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256, .layers = 6,
+                            .heads = 4, .intermediate = 1024, .num_labels = 10});
+  ftopt::Trainer<Precision, Peft> trainer({.device = torch::kCPU, .report_hardware = false}, {}, std::move(peft));
+  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4));
+  std::pair<torch::Tensor, torch::Tensor> batch{torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})};
+  for (int i = 0; i < 2; ++i) trainer.train_step(model, optimizer, batch);
+
+  prof::enableProfilerLegacy(prof::ProfilerConfig(prof::ProfilerState::CPU));
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) trainer.train_step(model, optimizer, batch);
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const auto rows = self_times(prof::disableProfilerLegacy());
+
+  std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.self_us > b.second.self_us; });
+  double total_us = 0;
+  for (const auto& [name, row] : sorted) total_us += row.self_us;
+  std::printf("%s, %s, %d threads: %.1f ms per step (profiled wall), %.1f ms of op self time\n", Precision::name,
+              Peft::name, at::get_num_threads(), wall_ms / steps, total_us / 1e3 / steps);
+  std::printf("%-44s %10s %7s %8s\n", "op", "ms/step", "share", "calls");
+  for (const auto& [name, row] : sorted) {
+    if (row.self_us / total_us < 0.002) break;
+    std::printf("%-44s %10.2f %6.1f%% %8.1f\n", name.c_str(), row.self_us / 1e3 / steps, 100 * row.self_us / total_us,
+                static_cast<double>(row.calls) / steps);
+  }
+  return 0;
+}
+
+template <class Precision>
+int with_peft(const std::string& peft, int steps) {
+  if (peft == "full") return profile<Precision>(ftopt::peft::Full{}, steps);
+  if (peft == "lora")
+    return profile<Precision>(
+        ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "value"}, .modules_to_save = {"classifier"}}),
+        steps);
+  std::fprintf(stderr, "bench_profile_step: peft must be full or lora, got '%s'\n", peft.c_str());
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const std::string precision = argc > 1 ? argv[1] : "bf16";
+  const std::string peft = argc > 2 ? argv[2] : "lora";
+  const int steps = argc > 3 ? std::stoi(argv[3]) : 3;
+  at::set_num_threads(ftopt::hardware::available_cpus());
+  if (precision == "fp32") return with_peft<ftopt::precision::Fp32>(peft, steps);
+  if (precision == "bf16") return with_peft<ftopt::precision::Bf16Mixed>(peft, steps);
+  std::fprintf(stderr, "bench_profile_step: precision must be fp32 or bf16, got '%s'\n", precision.c_str());
+  return 2;
+}
