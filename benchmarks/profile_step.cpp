@@ -3,10 +3,13 @@
 // profiler, each op's self time (its time less the ops it called) summed over the recorded steps
 // and printed as ms per step, largest first. The tables in docs/benchmarks.md come from it.
 //
-//   build/benchmarks/bench_profile_step [fp32|bf16|bf16-frozen] [full|lora] [steps]
+//   build/benchmarks/bench_profile_step [fp32|bf16] [full|lora] [steps] [shapes]
+// ("shapes" keys each row by the op's input shapes too.)
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,7 +29,7 @@ struct Row {
 
 /// Self time per op name over the events of every thread: a push opens a range, its pop closes
 /// it, and a range's time less its children's is its own.
-std::map<std::string, Row> self_times(const prof::thread_event_lists& lists) {
+std::map<std::string, Row> self_times(const prof::thread_event_lists& lists, bool by_shape) {
   std::map<std::string, Row> rows;
   for (const auto& events : lists) {
     struct Open {
@@ -40,7 +43,17 @@ std::map<std::string, Row> self_times(const prof::thread_event_lists& lists) {
         const Open open = stack.back();
         stack.pop_back();
         const double total = open.push->cpuElapsedUs(e);
-        Row& row = rows[open.push->name()];
+        std::string key = open.push->name();
+        if (by_shape) {
+          std::ostringstream shapes;
+          for (const auto& shape : open.push->shapes()) {
+            shapes << " [";
+            for (std::size_t i = 0; i < shape.size(); ++i) shapes << (i ? "," : "") << shape[i];
+            shapes << "]";
+          }
+          key += shapes.str();
+        }
+        Row& row = rows[key];
         row.self_us += total - open.children_us;
         ++row.calls;
         if (!stack.empty()) stack.back().children_us += total;
@@ -51,7 +64,7 @@ std::map<std::string, Row> self_times(const prof::thread_event_lists& lists) {
 }
 
 template <class Precision, class Peft>
-int profile(Peft peft, int steps) {
+int profile(Peft peft, int steps, bool by_shape) {
   torch::manual_seed(0);
   ftopt::models::ViT model({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256, .layers = 6,
                             .heads = 4, .intermediate = 1024, .num_labels = 10});
@@ -59,35 +72,39 @@ int profile(Peft peft, int steps) {
   torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4));
   std::pair<torch::Tensor, torch::Tensor> batch{torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})};
   for (int i = 0; i < 2; ++i) trainer.train_step(model, optimizer, batch);
+  auto timed_steps = [&] {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) trainer.train_step(model, optimizer, batch);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / steps;
+  };
+  const double unprofiled_ms = timed_steps();
 
-  prof::enableProfilerLegacy(prof::ProfilerConfig(prof::ProfilerState::CPU));
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) trainer.train_step(model, optimizer, batch);
-  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  const auto rows = self_times(prof::disableProfilerLegacy());
+  prof::enableProfilerLegacy(prof::ProfilerConfig(prof::ProfilerState::CPU, /*report_input_shapes=*/by_shape));
+  const double profiled_ms = timed_steps();
+  const auto rows = self_times(prof::disableProfilerLegacy(), by_shape);
 
   std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.self_us > b.second.self_us; });
   double total_us = 0;
   for (const auto& [name, row] : sorted) total_us += row.self_us;
-  std::printf("%s, %s, %d threads: %.1f ms per step (profiled wall), %.1f ms of op self time\n", Precision::name,
-              Peft::name, at::get_num_threads(), wall_ms / steps, total_us / 1e3 / steps);
-  std::printf("%-44s %10s %7s %8s\n", "op", "ms/step", "share", "calls");
+  std::printf("%s, %s, %d threads: %.1f ms per step unprofiled, %.1f ms profiled, %.1f ms of op self time\n",
+              Precision::name, Peft::name, at::get_num_threads(), unprofiled_ms, profiled_ms, total_us / 1e3 / steps);
+  std::printf("%-60s %10s %7s %8s\n", "op", "ms/step", "share", "calls");
   for (const auto& [name, row] : sorted) {
     if (row.self_us / total_us < 0.002) break;
-    std::printf("%-44s %10.2f %6.1f%% %8.1f\n", name.c_str(), row.self_us / 1e3 / steps, 100 * row.self_us / total_us,
+    std::printf("%-60s %10.2f %6.1f%% %8.1f\n", name.c_str(), row.self_us / 1e3 / steps, 100 * row.self_us / total_us,
                 static_cast<double>(row.calls) / steps);
   }
   return 0;
 }
 
 template <class Precision>
-int with_peft(const std::string& peft, int steps) {
-  if (peft == "full") return profile<Precision>(ftopt::peft::Full{}, steps);
+int with_peft(const std::string& peft, int steps, bool by_shape) {
+  if (peft == "full") return profile<Precision>(ftopt::peft::Full{}, steps, by_shape);
   if (peft == "lora")
     return profile<Precision>(
         ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "value"}, .modules_to_save = {"classifier"}}),
-        steps);
+        steps, by_shape);
   std::fprintf(stderr, "bench_profile_step: peft must be full or lora, got '%s'\n", peft.c_str());
   return 2;
 }
@@ -98,9 +115,10 @@ int main(int argc, char** argv) {
   const std::string precision = argc > 1 ? argv[1] : "bf16";
   const std::string peft = argc > 2 ? argv[2] : "lora";
   const int steps = argc > 3 ? std::stoi(argv[3]) : 3;
+  const bool by_shape = argc > 4 && std::string(argv[4]) == "shapes";
   at::set_num_threads(ftopt::hardware::available_cpus());
-  if (precision == "fp32") return with_peft<ftopt::precision::Fp32>(peft, steps);
-  if (precision == "bf16") return with_peft<ftopt::precision::Bf16Mixed>(peft, steps);
+  if (precision == "fp32") return with_peft<ftopt::precision::Fp32>(peft, steps, by_shape);
+  if (precision == "bf16") return with_peft<ftopt::precision::Bf16Mixed>(peft, steps, by_shape);
   std::fprintf(stderr, "bench_profile_step: precision must be fp32 or bf16, got '%s'\n", precision.c_str());
   return 2;
 }

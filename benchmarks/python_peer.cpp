@@ -6,19 +6,24 @@
 //
 //   FTOPT_BENCH_THREADS=2 build/benchmarks/bench_python_peer     (prints a table at the end)
 //
-// Cases, as issue 18 names them: the d-256 ViT (6 blocks, 4 heads, MLP 512, 4x4 patches of
-// 28x28 images = 50 tokens, batch 128, AdamW) in fp32, under bf16 autocast, and under bf16 with
+// Cases, as issues 18 and 19 name them: the d-256 ViT (6 blocks, 4 heads, MLP 1024, 4x4 patches
+// of 28x28 images = 50 tokens, batch 128, AdamW) in fp32, under bf16 autocast, and under bf16 with
 // LoRA r 8 on query and value; the 784-64-10 MLP, batch 32, fp32. ftopt runs twice, on twin
 // models: with torch::optim::AdamW (as Python's default AdamW, one kernel per tensor) and with
 // optim::FusedAdamW (ATen's fused kernel, Python's AdamW(fused=True)). Counters: the median step
 // of each (ms) and eager_x / compile_x, Python's time over ftopt's with AdamW (above 1: ftopt is
-// faster), and fused_x, the same over ftopt with FusedAdamW.
+// faster), and fused_x, the same over ftopt with FusedAdamW. In the bf16 cases a fifth turn times
+// a 1024^3 bf16 GEMM (the machine's bf16 GEMM ceiling, gemm_gflops), and ceiling_pct is the
+// step's GEMM FLOPs (vit_gemm_flop: counted from the shapes) over ftopt's step time, as a share
+// of that ceiling.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <sys/wait.h>
@@ -97,15 +102,31 @@ int bench_threads() {
 struct Row {
   std::string name;
   double ftopt_ms, fused_ms, eager_ms, compile_ms;
+  double gemm_gflops = 0, ceiling_pct = 0;  ///< bf16 cases only
 };
+
+/// One 1024^3 bf16 GEMM's rate (GFLOP/s): the best of five, after one warm-up.
+double bf16_gemm_gflops() {
+  static const auto a = torch::randn({1024, 1024}).to(torch::kBFloat16), b = torch::randn({1024, 1024}).to(torch::kBFloat16);
+  at::mm(a, b);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    at::mm(a, b);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * 1024 * 1024 * 1024 / best / 1e9;
+}
 std::vector<Row>& rows() {
   static std::vector<Row> all;
   return all;
 }
 
 /// Times ftopt's two steps (AdamW, FusedAdamW) against the same case in Python, eager and compiled.
+/// step_gemm_flop > 0 adds the bf16 GEMM ceiling as a fifth turn.
 template <class Step, class FusedStep>
-void compare(benchmark::State& state, const std::string& case_name, Step ftopt_step, FusedStep fused_step) {
+void compare(benchmark::State& state, const std::string& case_name, Step ftopt_step, FusedStep fused_step,
+             double step_gemm_flop = 0) {
   const int threads = bench_threads();
   at::set_num_threads(threads);
   PythonPeer eager(case_name, "eager", threads), compiled(case_name, "compile", threads);
@@ -119,22 +140,31 @@ void compare(benchmark::State& state, const std::string& case_name, Step ftopt_s
     step();
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  std::vector<double> mine, mine_fused, theirs_eager, theirs_compiled;
+  std::vector<double> mine, mine_fused, theirs_eager, theirs_compiled, gemm;
+  const int turns = step_gemm_flop > 0 ? 5 : 4;
   int turn = 0;
   for (auto _ : state) {
-    for (int k = 0; k < 4; ++k) {
-      switch ((turn + k) % 4) {
+    for (int k = 0; k < turns; ++k) {
+      switch ((turn + k) % turns) {
         case 0: mine.push_back(timed(ftopt_step)); break;
         case 1: theirs_eager.push_back(eager.step()); break;
         case 2: mine_fused.push_back(timed(fused_step)); break;
-        default: theirs_compiled.push_back(compiled.step()); break;
+        case 3: theirs_compiled.push_back(compiled.step()); break;
+        default: gemm.push_back(bf16_gemm_gflops()); break;
       }
     }
-    turn = (turn + 1) % 4;
+    turn = (turn + 1) % turns;
   }
   using ftopt::bench::median;
-  const Row row{case_name, median(mine) * 1e3, median(mine_fused) * 1e3, median(theirs_eager) * 1e3,
-                median(theirs_compiled) * 1e3};
+  Row row{case_name, median(mine) * 1e3, median(mine_fused) * 1e3, median(theirs_eager) * 1e3,
+          median(theirs_compiled) * 1e3};
+  if (step_gemm_flop > 0) {
+    row.gemm_gflops = median(gemm);
+    row.ceiling_pct = 100 * step_gemm_flop / (row.ftopt_ms / 1e3) / (row.gemm_gflops * 1e9);
+    state.counters["gemm_gflops"] = row.gemm_gflops;
+    state.counters["ceiling_pct"] = row.ceiling_pct;
+    state.counters["step_gemm_gflop"] = step_gemm_flop / 1e9;
+  }
   state.counters["ftopt_ms"] = row.ftopt_ms;
   state.counters["fused_ms"] = row.fused_ms;
   state.counters["fused_x"] = row.eager_ms / row.fused_ms;
@@ -146,9 +176,25 @@ void compare(benchmark::State& state, const std::string& case_name, Step ftopt_s
   rows().push_back(row);
 }
 
-ftopt::models::ViT vit() {
-  return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256, .layers = 6,
-                             .heads = 4, .intermediate = 512, .num_labels = 10});
+const ftopt::models::ViTOptions vit_options{.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256,
+                                            .layers = 6, .heads = 4, .intermediate = 1024, .num_labels = 10};
+ftopt::models::ViT vit() { return ftopt::models::ViT(vit_options); }
+
+/// The GEMM FLOPs of one training step of that ViT, counted from its shapes: every block's
+/// Linears (2 N in out each, N = batch x tokens) and attention's two batched products (4 B T^2 d),
+/// the patch convolution and the classifier, forward; the backward's input gradients as much
+/// again (the convolution's input is the image: none); and weight gradients for what trains:
+/// everything when full, else only the classifier (LoRA's rank-8 products, under 1% of the
+/// total, are left out).
+double vit_gemm_flop(bool full) {
+  const auto& o = vit_options;
+  const double B = 128, T = static_cast<double>(o.patches() + 1), N = B * T, h = static_cast<double>(o.hidden),
+               m = static_cast<double>(o.intermediate), L = static_cast<double>(o.layers);
+  const double linears = L * 2 * N * (4 * h * h + 2 * h * m), attention = L * 4 * B * T * T * h;
+  const double patch = 2 * B * static_cast<double>(o.patches()) * o.patch_size * o.patch_size * o.channels * h;
+  const double head = 2 * B * h * static_cast<double>(o.num_labels);
+  const double forward = linears + attention + patch + head;
+  return forward + (linears + attention + head) + (full ? linears + patch + head : head);
 }
 
 /// One ftopt training setup: a model from `make`, its Trainer and an optimizer of type Optimizer.
@@ -167,18 +213,21 @@ struct Setup {
 
 /// The case on twin models, one with AdamW and one with FusedAdamW, against Python.
 template <class Trainer, class Model, class Make, class Peft, class Batch>
-void run_case(benchmark::State& state, const std::string& name, Make make, Peft peft, const Batch& batch) {
+void run_case(benchmark::State& state, const std::string& name, Make make, Peft peft, const Batch& batch,
+              double step_gemm_flop = 0) {
   torch::manual_seed(0);
   Setup<Trainer, Model, torch::optim::AdamW> plain(make, peft);
   torch::manual_seed(0);
   Setup<Trainer, Model, ftopt::optim::FusedAdamW> fused(make, peft);
-  compare(state, name, [&] { plain.step(batch); }, [&] { fused.step(batch); });
+  compare(state, name, [&] { plain.step(batch); }, [&] { fused.step(batch); }, step_gemm_flop);
 }
 
 template <class Precision, class Peft = ftopt::peft::Full>
 void vit_case(benchmark::State& state, const std::string& name, Peft peft = {}) {
   const std::pair batch{torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})};
-  run_case<ftopt::Trainer<Precision, Peft>, ftopt::models::ViT>(state, name, vit, std::move(peft), batch);
+  const bool bf16 = std::is_same_v<Precision, ftopt::precision::Bf16Mixed>;
+  const double flop = bf16 ? vit_gemm_flop(std::is_same_v<Peft, ftopt::peft::Full>) : 0;
+  run_case<ftopt::Trainer<Precision, Peft>, ftopt::models::ViT>(state, name, vit, std::move(peft), batch, flop);
 }
 
 void vit_fp32_full(benchmark::State& state) { vit_case<ftopt::precision::Fp32>(state, "vit_fp32_full"); }
@@ -207,13 +256,15 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   std::cout << "\n| step (" << bench_threads() << " threads, LibTorch " << TORCH_VERSION
             << ") | Python eager | Python torch.compile | ftopt (AdamW) | ftopt (FusedAdamW) | eager / ftopt | "
-               "compile / ftopt | eager / ftopt fused | compile / ftopt fused |\n"
-            << "|---|---|---|---|---|---|---|---|---|\n";
+               "compile / ftopt | eager / ftopt fused | compile / ftopt fused | share of bf16 GEMM ceiling |\n"
+            << "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows()) {
-    char line[320];
-    std::snprintf(line, sizeof line, "| %s | %.3f ms | %.3f ms | %.3f ms | %.3f ms | %.2fx | %.2fx | %.2fx | %.2fx |\n",
+    char line[400], ceiling[96] = "-";
+    if (r.gemm_gflops > 0)
+      std::snprintf(ceiling, sizeof ceiling, "%.0f%% of %.0f GFLOP/s", r.ceiling_pct, r.gemm_gflops);
+    std::snprintf(line, sizeof line, "| %s | %.3f ms | %.3f ms | %.3f ms | %.3f ms | %.2fx | %.2fx | %.2fx | %.2fx | %s |\n",
                   r.name.c_str(), r.eager_ms, r.compile_ms, r.ftopt_ms, r.fused_ms, r.eager_ms / r.ftopt_ms,
-                  r.compile_ms / r.ftopt_ms, r.eager_ms / r.fused_ms, r.compile_ms / r.fused_ms);
+                  r.compile_ms / r.ftopt_ms, r.eager_ms / r.fused_ms, r.compile_ms / r.fused_ms, ceiling);
     std::cout << line;
   }
 }

@@ -7,7 +7,7 @@ Protocol (stdin -> stdout, one line each):
     step                      ->  SECONDS (this step's wall time, timed here)
     quit
 CASE: vit_fp32_full | vit_bf16_full | vit_bf16_lora | mlp_fp32_full (what bench_python_peer.cpp
-builds on the C++ side: the d-256 ViT of 6 blocks, 50 tokens, batch 128, AdamW; the 784-64-10
+builds on the C++ side: the d-256 ViT of 6 blocks, MLP 1024, 50 tokens, batch 128, AdamW; the 784-64-10
 MLP, batch 32).
 """
 import contextlib
@@ -26,7 +26,7 @@ def make(case):
         return model, (lambda m: m(x)), y, False
     from transformers import ViTConfig, ViTForImageClassification
     config = ViTConfig(image_size=28, patch_size=4, num_channels=1, hidden_size=256, num_hidden_layers=6,
-                       num_attention_heads=4, intermediate_size=512, num_labels=10, hidden_dropout_prob=0.0,
+                       num_attention_heads=4, intermediate_size=1024, num_labels=10, hidden_dropout_prob=0.0,
                        attention_probs_dropout_prob=0.0, attn_implementation="sdpa")
     model = ViTForImageClassification(config)
     if case == "vit_bf16_lora":

@@ -40,6 +40,7 @@
 #include <ftopt/nn/conv2d.hpp>
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/nn/names.hpp>
+#include <ftopt/nn/shared_input_linears.hpp>
 #include <ftopt/weights/files.hpp>
 #include <ftopt/data/subsets.hpp>
 #include <ftopt/memory/peak.hpp>

@@ -163,9 +163,10 @@ inline bool attention_written_out_pays(const at::Tensor& q, const at::Tensor& k)
   return low ? S <= 1024 && L <= 1024 : L * S <= 200 * 200;
 }
 
-/// softmax(q k^T / sqrt(d) + mask) v written out: two batched products and a softmax, the
-/// softmax in float32 for bf16 and fp16 scores (an fp32 island, as ATen's fused kernels
-/// accumulate it), its products through batched_matmul for small float32 matrices.
+/// softmax(q k^T / sqrt(d) + mask) v written out: two batched products and a softmax, its
+/// products through batched_matmul for small float32 matrices. For bf16 and fp16 scores the
+/// softmax computes in float32: on LibTorch 2.x ATen's own softmax and its backward do (they
+/// accumulate reduced floats in float and round once), on 1.13 it is an explicit fp32 island.
 inline at::Tensor attention_written_out(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         const std::optional<at::Tensor>& mask, double dropout_p,
                                         bool is_causal) {
@@ -181,8 +182,12 @@ inline at::Tensor attention_written_out(const at::Tensor& q, const at::Tensor& k
     else
       scores = scores + *mask;
   }
+#if FTOPT_TORCH_AT_LEAST(2, 0)
+  at::Tensor weights = at::softmax(scores, -1);
+#else
   const bool low = scores.scalar_type() == at::kBFloat16 || scores.scalar_type() == at::kHalf;
   at::Tensor weights = low ? at::softmax(scores, -1, at::kFloat).to(scores.scalar_type()) : at::softmax(scores, -1);
+#endif
   if (dropout_p > 0.0) weights = at::dropout(weights, dropout_p, /*train=*/true);
   return ftopt::detail::batched_matmul(weights, v);
 }

@@ -7,7 +7,8 @@
 ///   vit.encoder.layer.N.layernorm_before / layernorm_after, vit.layernorm, classifier
 /// Pre-norm blocks, exact GELU, LayerNorm eps 1e-12, the classifier on the [CLS] token: HF's
 /// defaults. Attention goes through compat::scaled_dot_product_attention (SDPA on LibTorch 2.x).
-/// query/key/value are nn::Linear, so `targets = {"query", "value"}` finds them.
+/// query/key/value are nn::Linear, so `targets = {"query", "value"}` finds them; their products
+/// run as one GEMM (nn::shared_input_linears) whenever what is attached to them allows.
 ///
 ///   ftopt::models::ViT vit({.image_size = 28, .patch_size = 7, .channels = 1, .hidden = 64,
 ///                           .layers = 4, .heads = 4, .intermediate = 128, .num_labels = 10});
@@ -31,6 +32,7 @@
 #include <ftopt/nn/checkpoint.hpp>
 #include <ftopt/nn/chunked_attention.hpp>
 #include <ftopt/nn/linear.hpp>
+#include <ftopt/nn/shared_input_linears.hpp>
 
 namespace ftopt::models {
 
@@ -126,13 +128,13 @@ struct ViTSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
   torch::Tensor forward(const torch::Tensor& x) {
     const auto B = x.size(0), T = x.size(1), C = x.size(2);
     auto split = [&](const torch::Tensor& t) { return t.reshape({B, t.size(1), heads, C / heads}).transpose(1, 2); };
-    torch::Tensor k = key(x), v = value(x);
+    auto [q, k, v] = nn::shared_input_linears<3>({query.get(), key.get(), value.get()}, x);
     if (prefix_) {  // prefix tuning: extra key and value rows every query attends to
       auto [pk, pv] = prefix_->key_value();
       k = prepend(pk, k);
       v = prepend(pv, v);
     }
-    const auto q = split(query(x));
+    q = split(q);
     k = split(k);
     v = split(v);
     auto out = chunk > 0 ? nn::chunked_attention(q, k, v, {.chunk = chunk})

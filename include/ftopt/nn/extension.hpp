@@ -13,6 +13,7 @@
 ///   linear->attach(std::make_shared<Doubling>());
 
 #include <memory>
+#include <stdexcept>
 
 #include <ATen/core/Tensor.h>
 
@@ -28,6 +29,13 @@ struct Extension {
   /// False for an extension that stays for inference and cannot be folded into the weight (a
   /// bottleneck adapter): quantization then leaves its layer in float instead of refusing it.
   virtual bool mergeable() const { return true; }
+  /// True while the forward is the layer's own plus a term of the input alone (an unmerged LoRA
+  /// branch): `added(layer, input)` is that term, and the layer's own part may then be computed
+  /// together with other layers' (nn::shared_input_linears).
+  virtual bool additive() const { return false; }
+  virtual at::Tensor added(Layer& /*layer*/, const at::Tensor& /*input*/) {
+    throw std::logic_error("nn::Extension::added called on an extension that is not additive");
+  }
 };
 
 /// The attach point a layer holds: empty unless a policy attached something. With nothing

@@ -50,8 +50,16 @@ public:
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
     at::Tensor out = layer.base_forward(x);
     if (merged_) return out;
+    return out + added(layer, x);
+  }
+
+  /// scaling * B(A(dropout(x))), the term the branch adds to the layer's output. PEFT scales B's
+  /// output; scaling the rank-r product before B is the same up to rounding and touches r values
+  /// per token instead of out_features.
+  bool additive() const override { return !merged_; }
+  at::Tensor added(nn::LinearImpl& layer, const at::Tensor& x) override {
     const at::Tensor dropped = dropout_ > 0 ? at::dropout(x, dropout_, layer.is_training()) : x;
-    return out + b_(a_(dropped)) * scaling_;
+    return b_(a_(dropped) * scaling_);
   }
 
   /// scaling * B A, the update merge adds to W.

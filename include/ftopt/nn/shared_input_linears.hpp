@@ -1,0 +1,73 @@
+#pragma once
+/// nn::shared_input_linears: several nn::Linear layers applied to one input (attention's query,
+/// key and value) computed as one GEMM over their stacked weights, the input cast once under
+/// autocast. Each layer keeps its own module, parameters and names; only the computation is shared.
+///
+///   auto [q, k, v] = ftopt::nn::shared_input_linears<3>({query.get(), key.get(), value.get()}, x);
+///
+/// It fuses when every layer computes its own forward or its own forward plus an additive term
+/// (nn::Extension::additive: an unmerged LoRA branch, whose term is then computed from the same
+/// cast input); with any other extension attached (int8, fake-quant, an adapter) or biases on some
+/// layers only, each layer runs its own forward, unchanged.
+///
+/// Values: each output column is the same dot product the layer computes alone. Gradients: the
+/// input's is one GEMM over all outputs' gradients, accumulated in float inside it; separate
+/// autocast layers round each layer's share to bf16, then sum them in fp32. Under autocast the
+/// additive terms' input gradients join that one in bf16 (one cast back, where separate layers
+/// cast each). Measured: docs/benchmarks.md, "Casts under Bf16Mixed".
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include <ftopt/detail/compat.hpp>
+#include <ftopt/nn/linear.hpp>
+
+namespace ftopt::nn {
+
+/// The process-wide switch: on by default; off runs every layer by itself (for side-by-side
+/// benchmarks, and to rule the fusion out when chasing a numerical difference).
+inline std::atomic<bool>& shared_input_linears_enabled() {
+  static std::atomic<bool> enabled{true};
+  return enabled;
+}
+
+template <std::size_t N>
+std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>& layers, const at::Tensor& x) {
+  std::array<at::Tensor, N> out;
+  bool fusable = shared_input_linears_enabled().load(std::memory_order_relaxed);
+  const bool with_bias = layers[0]->bias.defined();
+  for (auto* layer : layers) {
+    const auto& ext = layer->extension();
+    fusable = fusable && layer->bias.defined() == with_bias && (!ext || !ext->changes_forward() || ext->additive());
+  }
+  if (!fusable) {
+    for (std::size_t i = 0; i < N; ++i) out[i] = layers[i]->forward(x);
+    return out;
+  }
+  // Cast once for every layer (and every additive term) where autocast would cast per layer.
+  const auto device = x.device().type();
+  const at::Tensor input = compat::autocast_enabled(device) && x.scalar_type() == at::kFloat
+                               ? x.to(compat::autocast_dtype(device))
+                               : x;
+  std::vector<at::Tensor> weights, biases;
+  for (auto* layer : layers) {
+    weights.push_back(layer->weight);
+    if (with_bias) biases.push_back(layer->bias);
+  }
+  const at::Tensor stacked = at::linear(input, at::cat(weights), with_bias ? at::cat(biases) : at::Tensor());
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < N; ++i) {
+    const std::int64_t width = layers[i]->options.out_features();
+    out[i] = stacked.narrow(-1, offset, width);
+    offset += width;
+    const auto& ext = layers[i]->extension();
+    if (ext && ext->changes_forward()) out[i] = out[i] + ext->added(*layers[i], input);
+  }
+  return out;
+}
+
+} // namespace ftopt::nn

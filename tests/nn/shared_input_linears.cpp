@@ -1,0 +1,124 @@
+// Tests for include/ftopt/nn/shared_input_linears.hpp: one GEMM for several Linears on one
+// input gives each layer's own forward, values and gradients, with and without LoRA branches,
+// in fp32 and under bf16 autocast; anything it cannot fuse runs layer by layer.
+#include <catch2/catch.hpp>
+
+#include <torch/torch.h>
+
+#include <ftopt/detail/compat.hpp>
+#include <ftopt/nn/shared_input_linears.hpp>
+#include <ftopt/peft/lora.hpp>
+#include <ftopt/quant/dynamic_int8.hpp>
+
+namespace {
+
+struct Projections : torch::nn::Module {
+  explicit Projections(bool bias = true)
+      : query(register_module("query", ftopt::nn::Linear(torch::nn::LinearOptions(16, 16).bias(bias)))),
+        key(register_module("key", ftopt::nn::Linear(torch::nn::LinearOptions(16, 16).bias(bias)))),
+        value(register_module("value", ftopt::nn::Linear(torch::nn::LinearOptions(16, 8).bias(bias)))) {}
+  std::array<ftopt::nn::LinearImpl*, 3> layers() { return {query.get(), key.get(), value.get()}; }
+  ftopt::nn::Linear query, key, value;
+};
+
+/// The three outputs and every gradient (input first, then the parameters that train) after a
+/// backward of sum(out_i * g_i), through `shared_input_linears` or layer by layer.
+std::vector<torch::Tensor> run(Projections& m, const torch::Tensor& input, bool shared, bool autocast) {
+  for (auto& p : m.parameters()) p.mutable_grad() = torch::Tensor();
+  auto x = input.clone().requires_grad_(true);
+  std::array<torch::Tensor, 3> out;
+  {
+    ftopt::compat::AutocastScope scope(torch::kCPU, torch::kBFloat16, autocast);
+    if (shared) out = ftopt::nn::shared_input_linears<3>(m.layers(), x);
+    else
+      for (std::size_t i = 0; i < 3; ++i) out[i] = m.layers()[i]->forward(x);
+  }
+  torch::manual_seed(3);
+  torch::Tensor loss = torch::zeros({});
+  for (auto& o : out) loss = loss + (o.to(torch::kFloat) * torch::randn(o.sizes())).sum();
+  loss.backward();
+  std::vector<torch::Tensor> result(out.begin(), out.end());
+  result.push_back(x.grad());
+  for (auto& p : m.parameters())
+    if (p.requires_grad()) result.push_back(p.grad().defined() ? p.grad() : torch::zeros({}));  // merged: none
+  return result;
+}
+
+void check_same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, double tol) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i, (a[i].to(torch::kFloat) - b[i].to(torch::kFloat)).abs().max().item<double>());
+    CHECK(torch::allclose(a[i].to(torch::kFloat), b[i].to(torch::kFloat), tol, tol));
+  }
+}
+
+/// Whether an output is a column slice of one stacked product (the fused path) rather than its
+/// own tensor.
+bool is_slice_of_stack(const torch::Tensor& t) { return t.stride(-2) == 16 + 16 + 8; }
+
+} // namespace
+
+TEST_CASE("shared_input_linears is each Linear's own forward, values and gradients", "[nn][shared_input_linears]") {
+  torch::manual_seed(1);
+  Projections m;
+  const auto x = torch::randn({2, 5, 16});
+  auto shared = run(m, x, true, false);
+  CHECK(is_slice_of_stack(shared[0]));
+  CHECK(is_slice_of_stack(shared[2]));
+  check_same(shared, run(m, x, false, false), 1e-6);
+
+  SECTION("under bf16 autocast: one cast of the input, outputs in bf16 as autocast's") {
+    auto mixed = run(m, x, true, true);
+    CHECK(mixed[0].scalar_type() == torch::kBFloat16);
+    CHECK(is_slice_of_stack(mixed[1]));
+    check_same(mixed, run(m, x, false, true), 2e-2);
+  }
+}
+
+TEST_CASE("shared_input_linears adds unmerged LoRA branches and gives their gradients", "[nn][shared_input_linears]") {
+  torch::manual_seed(2);
+  Projections m;
+  ftopt::peft::Lora lora({.r = 4, .alpha = 8, .targets = {"query", "value"}});
+  lora.attach(m);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, branch] : lora.branches()) branch->b()->weight.normal_();  // B = 0 would hide the branch
+  }
+  const auto x = torch::randn({3, 16});
+  auto shared = run(m, x, true, false);
+  CHECK(shared.size() == 3 + 1 + 4);  // outputs, x, and A and B of two branches
+  CHECK_FALSE(is_slice_of_stack(shared[0]));  // query: the slice plus its branch
+  CHECK(is_slice_of_stack(shared[1]));        // key has none
+  check_same(shared, run(m, x, false, false), 1e-5);
+  check_same(run(m, x, true, true), run(m, x, false, true), 3e-2);
+
+  SECTION("merged branches fuse as plain layers") {
+    lora.merge(m);
+    auto merged = run(m, x, true, false);
+    CHECK(is_slice_of_stack(merged[0]));
+    check_same(merged, run(m, x, false, false), 1e-5);
+  }
+}
+
+TEST_CASE("shared_input_linears runs layer by layer what it cannot fuse", "[nn][shared_input_linears]") {
+  torch::manual_seed(4);
+  const auto x = torch::randn({4, 16});
+  SECTION("a layer with another extension (dynamic int8)") {
+    auto owner = std::make_shared<Projections>();  // convert walks the module tree from its root
+    auto& m = *owner;
+    torch::NoGradGuard no_grad;
+    ftopt::quant::DynamicInt8{}.convert(m);
+    auto out = ftopt::nn::shared_input_linears<3>(m.layers(), x);
+    for (std::size_t i = 0; i < 3; ++i) {
+      CHECK_FALSE(is_slice_of_stack(out[i]));
+      CHECK(torch::equal(out[i], m.layers()[i]->forward(x)));
+    }
+  }
+  SECTION("biases on some layers only") {
+    Projections m;
+    m.key = m.replace_module("key", ftopt::nn::Linear(torch::nn::LinearOptions(16, 16).bias(false)));
+    auto out = ftopt::nn::shared_input_linears<3>(m.layers(), x);
+    CHECK_FALSE(is_slice_of_stack(out[0]));
+    for (std::size_t i = 0; i < 3; ++i) CHECK(torch::equal(out[i], m.layers()[i]->forward(x)));
+  }
+}
