@@ -57,7 +57,7 @@ void BM_Fp32Full(benchmark::State& state) { compare<ftopt::precision::Fp32>(stat
 
 } // namespace
 
-BENCHMARK(BM_Bf16Lora)->Unit(benchmark::kMillisecond)->Iterations(6);
-BENCHMARK(BM_Bf16Full)->Unit(benchmark::kMillisecond)->Iterations(6);
+BENCHMARK(BM_Bf16Lora)->Unit(benchmark::kMillisecond)->Iterations(12);
+BENCHMARK(BM_Bf16Full)->Unit(benchmark::kMillisecond)->Iterations(12);
 BENCHMARK(BM_Fp32Full)->Unit(benchmark::kMillisecond)->Iterations(4);
 BENCHMARK_MAIN();

