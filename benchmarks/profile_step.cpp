@@ -3,7 +3,8 @@
 // profiler, each op's self time (its time less the ops it called) summed over the recorded steps
 // and printed as ms per step, largest first. The tables in docs/benchmarks.md come from it.
 //
-//   build/benchmarks/bench_profile_step [fp32|bf16] [full|lora] [steps] [shapes]
+//   build/benchmarks/bench_profile_step [fp32|bf16] [full|lora|mlp] [steps] [shapes]
+// ("mlp": bench_python_peer's 784-64-10 MLP, batch 32, with optim::FusedAdamW.)
 // ("shapes" keys each row by the op's input shapes too.)
 #include <algorithm>
 #include <chrono>
@@ -63,14 +64,10 @@ std::map<std::string, Row> self_times(const prof::thread_event_lists& lists, boo
   return rows;
 }
 
-template <class Precision, class Peft>
-int profile(Peft peft, int steps, bool by_shape) {
-  torch::manual_seed(0);
-  ftopt::models::ViT model({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256, .layers = 6,
-                            .heads = 4, .intermediate = 1024, .num_labels = 10});
+template <class Precision, class Peft, class Optimizer = torch::optim::AdamW, class Model>
+int profile(Peft peft, Model model, std::pair<torch::Tensor, torch::Tensor> batch, int steps, bool by_shape) {
   ftopt::Trainer<Precision, Peft> trainer({.device = torch::kCPU, .report_hardware = false}, {}, std::move(peft));
-  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4));
-  std::pair<torch::Tensor, torch::Tensor> batch{torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})};
+  Optimizer optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4));
   for (int i = 0; i < 2; ++i) trainer.train_step(model, optimizer, batch);
   auto timed_steps = [&] {
     const auto start = std::chrono::steady_clock::now();
@@ -98,14 +95,25 @@ int profile(Peft peft, int steps, bool by_shape) {
   return 0;
 }
 
+ftopt::models::ViT vit() {
+  torch::manual_seed(0);
+  return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256, .layers = 6, .heads = 4,
+                             .intermediate = 1024, .num_labels = 10});
+}
+std::pair<torch::Tensor, torch::Tensor> images() { return {torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})}; }
+
 template <class Precision>
 int with_peft(const std::string& peft, int steps, bool by_shape) {
-  if (peft == "full") return profile<Precision>(ftopt::peft::Full{}, steps, by_shape);
+  if (peft == "full") return profile<Precision>(ftopt::peft::Full{}, vit(), images(), steps, by_shape);
   if (peft == "lora")
     return profile<Precision>(
         ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "value"}, .modules_to_save = {"classifier"}}),
-        steps, by_shape);
-  std::fprintf(stderr, "bench_profile_step: peft must be full or lora, got '%s'\n", peft.c_str());
+        vit(), images(), steps, by_shape);
+  if (peft == "mlp")  // bench_python_peer's MLP: 784-64-10, batch 32, full, FusedAdamW
+    return profile<Precision, ftopt::peft::Full, ftopt::optim::FusedAdamW>(
+        ftopt::peft::Full{}, ftopt::models::Mlp({.in = 784, .hidden = {64}, .out = 10}),
+        {torch::randn({32, 784}), torch::randint(0, 10, {32})}, steps, by_shape);
+  std::fprintf(stderr, "bench_profile_step: the second argument must be full, lora or mlp, got '%s'\n", peft.c_str());
   return 2;
 }
 

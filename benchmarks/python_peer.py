@@ -8,7 +8,8 @@ Protocol (stdin -> stdout, one line each):
     quit
 CASE: vit_fp32_full | vit_bf16_full | vit_bf16_lora | mlp_fp32_full (what bench_python_peer.cpp
 builds on the C++ side: the d-256 ViT of 6 blocks, MLP 1024, 50 tokens, batch 128, AdamW; the 784-64-10
-MLP, batch 32).
+MLP, batch 32), or the inference cases vit_infer_fp32 | vit_infer_int8 (the same ViT in eval mode
+under no_grad, batch 256; int8: torch.ao.quantization.quantize_dynamic on every Linear).
 """
 import contextlib
 import sys
@@ -34,6 +35,12 @@ def make(case):
         # ftopt's query/value: transformers 5 names them q_proj/v_proj in memory (docs/peft.md).
         model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                                  lora_dropout=0.0, bias="none"))
+    if case.startswith("vit_infer"):  # inference: batch 256, eval mode, no gradients
+        model.eval()
+        if case == "vit_infer_int8":  # torch.ao's dynamic int8: every Linear, per-tensor weights
+            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        x = torch.randn(256, 1, 28, 28)
+        return model, (lambda m: m(pixel_values=x).logits), None, False
     x, y = torch.randn(128, 1, 28, 28), torch.randint(0, 10, (128,))
     return model, (lambda m: m(pixel_values=x).logits), y, case != "vit_fp32_full"
 
@@ -51,6 +58,15 @@ def main():
             t0 = time.perf_counter()
             torch.set_num_threads(threads)
             model, forward, y, bf16 = make(case)
+            if y is None:  # an inference case: eval mode, no optimizer, eager only
+                def step():
+                    with torch.no_grad():
+                        return forward(model)
+
+                for _ in range(3):
+                    step()
+                print("ready", time.perf_counter() - t0, flush=True)
+                continue
             model.train()
             run = torch.compile(model) if mode == "compile" else model
             optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)

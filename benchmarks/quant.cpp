@@ -3,7 +3,7 @@
 // blocks [1,1,1], widths 32-64-128, whose convolutions only the static policy quantizes),
 // batch 256, one thread;
 // dynamic int8 with per-tensor and per-channel weights, static int8 (calibrated on the batch
-// itself); and each model's size on disk (safetensors) in float
+// itself), bf16 under autocast and with bf16 weights (converted once); and each model's size on disk (safetensors) in float
 // and after quant::save_int8.
 //
 //   build/benchmarks/bench_quant
@@ -41,8 +41,9 @@ template <class Make>
 void inference(benchmark::State& state, Make make) {
   at::set_num_threads(1);
   torch::NoGradGuard no_grad;
-  auto fp32 = make(), per_tensor = make(), per_channel = make(), fixed = make();
-  fp32->eval(), per_tensor->eval(), per_channel->eval(), fixed->eval();
+  auto fp32 = make(), per_tensor = make(), per_channel = make(), fixed = make(), bf16 = make();
+  fp32->eval(), per_tensor->eval(), per_channel->eval(), fixed->eval(), bf16->eval();
+  bf16->to(torch::kBFloat16);  // bf16 weights, converted once
   q::DynamicInt8({.granularity = q::Granularity::PerTensor}).convert(*per_tensor);
   q::DynamicInt8({.granularity = q::Granularity::PerChannel}).convert(*per_channel);
   const auto x = torch::randn({256, 1, 28, 28});
@@ -51,14 +52,23 @@ void inference(benchmark::State& state, Make make) {
   calibrated.calibrate(fixed, calibration);
   calibrated.convert(*fixed);
   const auto reference = fp32->forward(x);
+  const auto x_bf16 = x.to(torch::kBFloat16);
   ftopt::bench::side_by_side(state, {{"fp32", [&] { fp32->forward(x); }},
                                      {"int8_tensor", [&] { per_tensor->forward(x); }},
                                      {"int8_channel", [&] { per_channel->forward(x); }},
-                                     {"static_int8", [&] { fixed->forward(x); }}});
-  for (std::string c : {"int8_tensor", "int8_channel", "static_int8"})
+                                     {"static_int8", [&] { fixed->forward(x); }},
+                                     {"bf16_autocast", [&] {
+                                        ftopt::compat::AutocastScope autocast(torch::kCPU, torch::kBFloat16);
+                                        fp32->forward(x);
+                                      }},
+                                     {"bf16_weights", [&] { bf16->forward(x_bf16); }}});
+  for (std::string c : {"int8_tensor", "int8_channel", "static_int8", "bf16_autocast", "bf16_weights"})
     state.counters[c + "_speedup"] = state.counters["fp32_us"] / state.counters[c + "_us"];
-  state.counters["int8_tensor_rel_err"] =
-      ((per_tensor->forward(x) - reference).norm() / reference.norm()).template item<double>();
+  auto rel_err = [&](const torch::Tensor& out) {
+    return ((out.to(torch::kFloat) - reference).norm() / reference.norm()).template item<double>();
+  };
+  state.counters["int8_tensor_rel_err"] = rel_err(per_tensor->forward(x));
+  state.counters["bf16_weights_rel_err"] = rel_err(bf16->forward(x_bf16));
 
   const auto dir = std::filesystem::temp_directory_path() / ("ftopt-bench-quant-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

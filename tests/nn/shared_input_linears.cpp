@@ -114,6 +114,22 @@ TEST_CASE("shared_input_linears runs layer by layer what it cannot fuse", "[nn][
       CHECK(torch::equal(out[i], m.layers()[i]->forward(x)));
     }
   }
+  SECTION("an extension whose forward must run though it changes nothing (an observer)") {
+    struct Counting : ftopt::nn::Extension<ftopt::nn::LinearImpl> {
+      at::Tensor forward(ftopt::nn::LinearImpl& layer, const at::Tensor& input) override {
+        ++calls;
+        return layer.base_forward(input);
+      }
+      bool changes_forward() const override { return false; }
+      int calls = 0;
+    };
+    Projections m;
+    auto counting = std::make_shared<Counting>();
+    m.key->attach(counting);
+    auto out = ftopt::nn::shared_input_linears<3>(m.layers(), x);
+    CHECK(counting->calls == 1);
+    CHECK_FALSE(is_slice_of_stack(out[0]));
+  }
   SECTION("biases on some layers only") {
     Projections m;
     m.key = m.replace_module("key", ftopt::nn::Linear(torch::nn::LinearOptions(16, 16).bias(false)));

@@ -29,6 +29,9 @@ struct Extension {
   /// False for an extension that stays for inference and cannot be folded into the weight (a
   /// bottleneck adapter): quantization then leaves its layer in float instead of refusing it.
   virtual bool mergeable() const { return true; }
+  /// True while the forward is exactly the layer's own with no side effect, so it may be skipped
+  /// (a merged LoRA branch; not an observer, whose forward records what passes).
+  virtual bool transparent() const { return false; }
   /// True while the forward is the layer's own plus a term of the input alone (an unmerged LoRA
   /// branch): `added(layer, input)` is that term, and the layer's own part may then be computed
   /// together with other layers' (nn::shared_input_linears).

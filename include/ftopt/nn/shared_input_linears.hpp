@@ -5,10 +5,11 @@
 ///
 ///   auto [q, k, v] = ftopt::nn::shared_input_linears<3>({query.get(), key.get(), value.get()}, x);
 ///
-/// It fuses when every layer computes its own forward or its own forward plus an additive term
-/// (nn::Extension::additive: an unmerged LoRA branch, whose term is then computed from the same
-/// cast input); with any other extension attached (int8, fake-quant, an adapter) or biases on some
-/// layers only, each layer runs its own forward, unchanged.
+/// It fuses when every layer computes its own forward (nothing attached, or a transparent
+/// extension: a merged LoRA branch) or its own forward plus an additive term (nn::Extension::
+/// additive: an unmerged LoRA branch, whose term is then computed from the same cast input); with
+/// any other extension attached (int8, fake-quant, a calibration observer, an adapter) or biases
+/// on some layers only, each layer runs its own forward, unchanged.
 ///
 /// Values: each output column is the same dot product the layer computes alone. Gradients: the
 /// input's is one GEMM over all outputs' gradients, accumulated in float inside it; separate
@@ -42,7 +43,7 @@ std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>&
   const bool with_bias = layers[0]->bias.defined();
   for (auto* layer : layers) {
     const auto& ext = layer->extension();
-    fusable = fusable && layer->bias.defined() == with_bias && (!ext || !ext->changes_forward() || ext->additive());
+    fusable = fusable && layer->bias.defined() == with_bias && (!ext || ext->transparent() || ext->additive());
   }
   if (!fusable) {
     for (std::size_t i = 0; i < N; ++i) out[i] = layers[i]->forward(x);
@@ -67,7 +68,7 @@ std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>&
   for (std::size_t i = 0; i < N; ++i) {
     out[i] = parts[i];
     const auto& ext = layers[i]->extension();
-    if (ext && ext->changes_forward()) out[i] = out[i] + ext->added(*layers[i], input);
+    if (ext && ext->additive()) out[i] = out[i] + ext->added(*layers[i], input);
   }
   return out;
 }

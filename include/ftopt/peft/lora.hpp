@@ -57,6 +57,7 @@ public:
   /// output; scaling the rank-r product before B is the same up to rounding and touches r values
   /// per token instead of out_features.
   bool additive() const override { return !merged_; }
+  bool transparent() const override { return merged_; }
   at::Tensor added(nn::LinearImpl& layer, const at::Tensor& x) override {
     const at::Tensor dropped = dropout_ > 0 ? at::dropout(x, dropout_, layer.is_training()) : x;
     return b_(a_(dropped) * scaling_);
