@@ -3,8 +3,9 @@
 // profiler, each op's self time (its time less the ops it called) summed over the recorded steps
 // and printed as ms per step, largest first. The tables in docs/benchmarks.md come from it.
 //
-//   build/benchmarks/bench_profile_step [fp32|bf16] [full|lora|mlp] [steps] [shapes]
-// ("mlp": bench_python_peer's 784-64-10 MLP, batch 32, with optim::FusedAdamW.)
+//   build/benchmarks/bench_profile_step [fp32|bf16] [full|lora|mlp|infer|infer-int8] [steps] [shapes]
+// ("mlp": bench_python_peer's 784-64-10 MLP, batch 32, with optim::FusedAdamW; "infer": the
+// ViT's forward in eval mode, batch 256, and "infer-int8" the same after quant::DynamicInt8.)
 // ("shapes" keys each row by the op's input shapes too.)
 #include <algorithm>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <torch/csrc/autograd/profiler_legacy.h>
@@ -64,34 +66,44 @@ std::map<std::string, Row> self_times(const prof::thread_event_lists& lists, boo
   return rows;
 }
 
-template <class Precision, class Peft, class Optimizer = torch::optim::AdamW, class Model>
-int profile(Peft peft, Model model, std::pair<torch::Tensor, torch::Tensor> batch, int steps, bool by_shape) {
-  ftopt::Trainer<Precision, Peft> trainer({.device = torch::kCPU, .report_hardware = false}, {}, std::move(peft));
-  Optimizer optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4));
-  for (int i = 0; i < 2; ++i) trainer.train_step(model, optimizer, batch);
-  auto timed_steps = [&] {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) trainer.train_step(model, optimizer, batch);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / steps;
-  };
-  const double unprofiled_ms = timed_steps();
-
-  prof::enableProfilerLegacy(prof::ProfilerConfig(prof::ProfilerState::CPU, /*report_input_shapes=*/by_shape));
-  const double profiled_ms = timed_steps();
-  const auto rows = self_times(prof::disableProfilerLegacy(), by_shape);
-
+/// The rows, largest self time first, down to 0.2% of the total.
+void print(const std::map<std::string, Row>& rows, int steps, const std::string& what, double unprofiled_ms,
+           double profiled_ms) {
   std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.self_us > b.second.self_us; });
   double total_us = 0;
   for (const auto& [name, row] : sorted) total_us += row.self_us;
-  std::printf("%s, %s, %d threads: %.1f ms per step unprofiled, %.1f ms profiled, %.1f ms of op self time\n",
-              Precision::name, Peft::name, at::get_num_threads(), unprofiled_ms, profiled_ms, total_us / 1e3 / steps);
+  std::printf("%s, %d threads: %.1f ms per step unprofiled, %.1f ms profiled, %.1f ms of op self time\n", what.c_str(),
+              at::get_num_threads(), unprofiled_ms, profiled_ms, total_us / 1e3 / steps);
   std::printf("%-60s %10s %7s %8s\n", "op", "ms/step", "share", "calls");
   for (const auto& [name, row] : sorted) {
     if (row.self_us / total_us < 0.002) break;
     std::printf("%-60s %10.2f %6.1f%% %8.1f\n", name.c_str(), row.self_us / 1e3 / steps, 100 * row.self_us / total_us,
                 static_cast<double>(row.calls) / steps);
   }
+}
+
+/// Times `steps` calls of `run` unprofiled, then profiles as many and prints the table.
+template <class Run>
+void profile_calls(Run run, int steps, bool by_shape, const std::string& what) {
+  auto timed = [&] {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) run();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / steps;
+  };
+  for (int i = 0; i < 2; ++i) run();
+  const double unprofiled_ms = timed();
+  prof::enableProfilerLegacy(prof::ProfilerConfig(prof::ProfilerState::CPU, /*report_input_shapes=*/by_shape));
+  const double profiled_ms = timed();
+  print(self_times(prof::disableProfilerLegacy(), by_shape), steps, what, unprofiled_ms, profiled_ms);
+}
+
+template <class Precision, class Peft, class Optimizer = torch::optim::AdamW, class Model>
+int profile(Peft peft, Model model, std::pair<torch::Tensor, torch::Tensor> batch, int steps, bool by_shape) {
+  ftopt::Trainer<Precision, Peft> trainer({.device = torch::kCPU, .report_hardware = false}, {}, std::move(peft));
+  Optimizer optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4));
+  profile_calls([&] { trainer.train_step(model, optimizer, batch); }, steps, by_shape,
+                std::string(Precision::name) + ", " + Peft::name);
   return 0;
 }
 
@@ -113,7 +125,19 @@ int with_peft(const std::string& peft, int steps, bool by_shape) {
     return profile<Precision, ftopt::peft::Full, ftopt::optim::FusedAdamW>(
         ftopt::peft::Full{}, ftopt::models::Mlp({.in = 784, .hidden = {64}, .out = 10}),
         {torch::randn({32, 784}), torch::randint(0, 10, {32})}, steps, by_shape);
-  std::fprintf(stderr, "bench_profile_step: the second argument must be full, lora or mlp, got '%s'\n", peft.c_str());
+  if (peft == "infer" || peft == "infer-int8") {  // inference, batch 256, eval, no gradients
+    torch::NoGradGuard no_grad;
+    auto model = vit();
+    model->eval();
+    if (peft == "infer-int8") ftopt::quant::DynamicInt8{}.convert(*model);
+    const auto x = torch::randn({256, 1, 28, 28});
+    profile_calls([&] {
+      ftopt::compat::AutocastScope scope(torch::kCPU, torch::kBFloat16, std::is_same_v<Precision, ftopt::precision::Bf16Mixed>);
+      model->forward(x);
+    }, steps, by_shape, std::string(Precision::name) + ", " + peft);
+    return 0;
+  }
+  std::fprintf(stderr, "bench_profile_step: the second argument must be full, lora, mlp, infer or infer-int8, got '%s'\n", peft.c_str());
   return 2;
 }
 

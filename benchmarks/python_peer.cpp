@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -242,12 +243,68 @@ void mlp_fp32_full(benchmark::State& state) {
   run_case<ftopt::Trainer<>, ftopt::models::Mlp>(state, "mlp_fp32_full", make, ftopt::peft::Full{}, batch);
 }
 
+/// Inference of the same ViT (eval, no gradients, batch 256): ftopt in fp32, with
+/// quant::DynamicInt8 (per-tensor weights, as torch.ao's default) and with bf16 weights
+/// (converted once), against Python's fp32 and torch.ao dynamic int8, side by side.
+struct InferenceRow {
+  double ftopt_fp32, ftopt_int8, ftopt_bf16, python_fp32, python_int8;
+};
+std::vector<InferenceRow>& inference_rows() {
+  static std::vector<InferenceRow> all;
+  return all;
+}
+
+void vit_inference(benchmark::State& state) {
+  const int threads = bench_threads();
+  at::set_num_threads(threads);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(0);
+  auto fp32 = vit(), int8 = vit(), bf16 = vit();
+  for (auto* m : {&fp32, &int8, &bf16}) (*m)->eval();
+  ftopt::quant::DynamicInt8({.granularity = ftopt::quant::Granularity::PerTensor}).convert(*int8);
+  bf16->to(torch::kBFloat16);
+  const auto x = torch::randn({256, 1, 28, 28});
+  const auto x_bf16 = x.to(torch::kBFloat16);
+  PythonPeer py_fp32("vit_infer_fp32", "eager", threads), py_int8("vit_infer_int8", "eager", threads);
+  using Clock = std::chrono::steady_clock;
+  auto timed = [](auto&& run) {
+    const auto t0 = Clock::now();
+    run();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  std::vector<std::function<double()>> turns = {[&] { return timed([&] { fp32->forward(x); }); },
+                                                [&] { return timed([&] { int8->forward(x); }); },
+                                                [&] { return timed([&] { bf16->forward(x_bf16); }); },
+                                                [&] { return py_fp32.step(); }, [&] { return py_int8.step(); }};
+  for (int i = 0; i < 2; ++i)
+    for (auto& t : turns) t();
+  std::vector<std::vector<double>> seconds(turns.size());
+  std::size_t first = 0;
+  for (auto _ : state) {
+    for (std::size_t k = 0; k < turns.size(); ++k) {
+      const std::size_t i = (first + k) % turns.size();
+      seconds[i].push_back(turns[i]());
+    }
+    first = (first + 1) % turns.size();
+  }
+  using ftopt::bench::median;
+  const InferenceRow row{median(seconds[0]) * 1e3, median(seconds[1]) * 1e3, median(seconds[2]) * 1e3,
+                         median(seconds[3]) * 1e3, median(seconds[4]) * 1e3};
+  state.counters["ftopt_fp32_ms"] = row.ftopt_fp32;
+  state.counters["ftopt_int8_ms"] = row.ftopt_int8;
+  state.counters["ftopt_bf16_ms"] = row.ftopt_bf16;
+  state.counters["python_fp32_ms"] = row.python_fp32;
+  state.counters["python_int8_ms"] = row.python_int8;
+  inference_rows().push_back(row);
+}
+
 } // namespace
 
 BENCHMARK(vit_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_full)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(mlp_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(400)->UseRealTime();
+BENCHMARK(vit_inference)->Unit(benchmark::kMillisecond)->Iterations(10)->UseRealTime();
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
@@ -265,6 +322,17 @@ int main(int argc, char** argv) {
     std::snprintf(line, sizeof line, "| %s | %.3f ms | %.3f ms | %.3f ms | %.3f ms | %.2fx | %.2fx | %.2fx | %.2fx | %s |\n",
                   r.name.c_str(), r.eager_ms, r.compile_ms, r.ftopt_ms, r.fused_ms, r.eager_ms / r.ftopt_ms,
                   r.compile_ms / r.ftopt_ms, r.eager_ms / r.fused_ms, r.compile_ms / r.fused_ms, ceiling);
+    std::cout << line;
+  }
+  for (const auto& r : inference_rows()) {
+    std::cout << "\n| ViT inference, batch 256 (" << bench_threads() << " threads) | Python fp32 | Python torch.ao int8 | "
+                 "ftopt fp32 | ftopt DynamicInt8 | ftopt bf16 weights | ftopt int8 / Python int8 | best ftopt over "
+                 "ftopt fp32 |\n|---|---|---|---|---|---|---|---|\n";
+    char line[400];
+    const double best = std::min(r.ftopt_int8, r.ftopt_bf16);
+    std::snprintf(line, sizeof line, "| d-256 ViT | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.2fx | %.2fx |\n",
+                  r.python_fp32, r.python_int8, r.ftopt_fp32, r.ftopt_int8, r.ftopt_bf16, r.python_int8 / r.ftopt_int8,
+                  r.ftopt_fp32 / best);
     std::cout << line;
   }
 }
