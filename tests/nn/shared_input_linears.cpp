@@ -44,11 +44,25 @@ std::vector<torch::Tensor> run(Projections& m, const torch::Tensor& input, bool 
   return result;
 }
 
+/// Elementwise within tol (fp32: the same sums in another order).
 void check_same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, double tol) {
   REQUIRE(a.size() == b.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
     CAPTURE(i, (a[i].to(torch::kFloat) - b[i].to(torch::kFloat)).abs().max().item<double>());
     CHECK(torch::allclose(a[i].to(torch::kFloat), b[i].to(torch::kFloat), tol, tol));
+  }
+}
+
+/// Within a relative L2 error (bf16: each element rounds to 8 bits, and LibTorch 1.13's bf16
+/// GEMMs of other shapes may round partial sums differently, so single elements can differ by a
+/// few units in the last place).
+void check_close_bf16(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, double rel) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const auto x = a[i].to(torch::kFloat), y = b[i].to(torch::kFloat);
+    const double error = ((x - y).norm() / y.norm().clamp_min(1e-12)).item<double>();
+    CAPTURE(i, error);
+    CHECK(error <= rel);
   }
 }
 
@@ -71,7 +85,7 @@ TEST_CASE("shared_input_linears is each Linear's own forward, values and gradien
     auto mixed = run(m, x, true, true);
     CHECK(mixed[0].scalar_type() == torch::kBFloat16);
     CHECK(is_slice_of_stack(mixed[1]));
-    check_same(mixed, run(m, x, false, true), 2e-2);
+    check_close_bf16(mixed, run(m, x, false, true), 1e-2);
   }
 }
 
@@ -90,7 +104,7 @@ TEST_CASE("shared_input_linears adds unmerged LoRA branches and gives their grad
   CHECK_FALSE(is_slice_of_stack(shared[0]));  // query: the slice plus its branch
   CHECK(is_slice_of_stack(shared[1]));        // key has none
   check_same(shared, run(m, x, false, false), 1e-5);
-  check_same(run(m, x, true, true), run(m, x, false, true), 3e-2);
+  check_close_bf16(run(m, x, true, true), run(m, x, false, true), 1e-2);
 
   SECTION("merged branches fuse as plain layers") {
     lora.merge(m);
