@@ -1,13 +1,20 @@
 #pragma once
-// Models the benchmarks share: a small pre-norm transformer block stack (multi-head attention
-// and an MLP per block, mean-pooled into a classifier).
+// Models the benchmarks share: the d-256 ViT of the step benchmarks, and a small pre-norm
+// transformer block stack (multi-head attention and an MLP per block, mean-pooled into a
+// classifier).
 #include <cmath>
 
 #include <torch/torch.h>
 
 #include <ftopt/detail/compat.hpp>
+#include <ftopt/models/vit.hpp>
 
 namespace ftopt::bench {
+
+/// The step benchmarks' ViT (issue 19's "d-256 ViT"): 6 blocks, d 256, 4 heads, MLP 1024, 4x4
+/// patches of 28x28 one-channel images (50 tokens), 10 labels.
+inline const ftopt::models::ViTOptions vit_d256{.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256,
+                                                .layers = 6, .heads = 4, .intermediate = 1024, .num_labels = 10};
 
 struct BlockImpl : torch::nn::Module {
   BlockImpl(std::int64_t dim, std::int64_t heads)

@@ -7,13 +7,13 @@
 
 #include <ftopt.hpp>
 
+#include "models.hpp"
 #include "side_by_side.hpp"
 
 namespace {
 
 ftopt::models::ViT make_vit() {
-  return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256, .layers = 6, .heads = 4,
-                             .intermediate = 1024, .num_labels = 10});
+  return ftopt::models::ViT(ftopt::bench::vit_d256);
 }
 
 template <class Precision, class Peft>

@@ -8,6 +8,7 @@
 
 #include <ftopt.hpp>
 
+#include "models.hpp"
 #include "side_by_side.hpp"
 
 namespace {
@@ -44,8 +45,7 @@ void BM_ViTStep(benchmark::State& state) {
   compare(
       state,
       [] {
-        return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256, .layers = 6,
-                                   .heads = 4, .intermediate = 1024, .num_labels = 10});
+        return ftopt::models::ViT(ftopt::bench::vit_d256);
       },
       torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128}));
 }

@@ -21,6 +21,8 @@
 
 #include <ftopt.hpp>
 
+#include "models.hpp"
+
 namespace {
 
 namespace prof = torch::autograd::profiler;
@@ -109,8 +111,7 @@ int profile(Peft peft, Model model, std::pair<torch::Tensor, torch::Tensor> batc
 
 ftopt::models::ViT vit() {
   torch::manual_seed(0);
-  return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256, .layers = 6, .heads = 4,
-                             .intermediate = 1024, .num_labels = 10});
+  return ftopt::models::ViT(ftopt::bench::vit_d256);
 }
 std::pair<torch::Tensor, torch::Tensor> images() { return {torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})}; }
 

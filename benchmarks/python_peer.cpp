@@ -35,6 +35,7 @@
 
 #include <ftopt.hpp>
 
+#include "models.hpp"
 #include "side_by_side.hpp"
 
 namespace {
@@ -135,32 +136,16 @@ void compare(benchmark::State& state, const std::string& case_name, Step ftopt_s
     ftopt_step();
     fused_step();
   }
-  using Clock = std::chrono::steady_clock;
-  auto timed = [](auto&& step) {
-    const auto t0 = Clock::now();
-    step();
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  };
-  std::vector<double> mine, mine_fused, theirs_eager, theirs_compiled, gemm;
-  const int turns = step_gemm_flop > 0 ? 5 : 4;
-  int turn = 0;
-  for (auto _ : state) {
-    for (int k = 0; k < turns; ++k) {
-      switch ((turn + k) % turns) {
-        case 0: mine.push_back(timed(ftopt_step)); break;
-        case 1: theirs_eager.push_back(eager.step()); break;
-        case 2: mine_fused.push_back(timed(fused_step)); break;
-        case 3: theirs_compiled.push_back(compiled.step()); break;
-        default: gemm.push_back(bf16_gemm_gflops()); break;
-      }
-    }
-    turn = (turn + 1) % turns;
-  }
+  using ftopt::bench::seconds_of;
+  std::vector<std::function<double()>> turns = {[&] { return seconds_of(ftopt_step); }, [&] { return eager.step(); },
+                                                [&] { return seconds_of(fused_step); }, [&] { return compiled.step(); }};
+  if (step_gemm_flop > 0) turns.push_back(bf16_gemm_gflops);  // a rate, not seconds: its own median
+  const auto measured = ftopt::bench::in_rotation(state, turns);
   using ftopt::bench::median;
-  Row row{case_name, median(mine) * 1e3, median(mine_fused) * 1e3, median(theirs_eager) * 1e3,
-          median(theirs_compiled) * 1e3};
+  Row row{case_name, median(measured[0]) * 1e3, median(measured[2]) * 1e3, median(measured[1]) * 1e3,
+          median(measured[3]) * 1e3};
   if (step_gemm_flop > 0) {
-    row.gemm_gflops = median(gemm);
+    row.gemm_gflops = median(measured[4]);
     row.ceiling_pct = 100 * step_gemm_flop / (row.ftopt_ms / 1e3) / (row.gemm_gflops * 1e9);
     state.counters["gemm_gflops"] = row.gemm_gflops;
     state.counters["ceiling_pct"] = row.ceiling_pct;
@@ -177,9 +162,7 @@ void compare(benchmark::State& state, const std::string& case_name, Step ftopt_s
   rows().push_back(row);
 }
 
-const ftopt::models::ViTOptions vit_options{.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256,
-                                            .layers = 6, .heads = 4, .intermediate = 1024, .num_labels = 10};
-ftopt::models::ViT vit() { return ftopt::models::ViT(vit_options); }
+ftopt::models::ViT vit() { return ftopt::models::ViT(ftopt::bench::vit_d256); }
 
 /// The GEMM FLOPs of one training step of that ViT, counted from its shapes: every block's
 /// Linears (2 N in out each, N = batch x tokens) and attention's two batched products (4 B T^2 d),
@@ -188,7 +171,7 @@ ftopt::models::ViT vit() { return ftopt::models::ViT(vit_options); }
 /// everything when full, else only the classifier (LoRA's rank-8 products, under 1% of the
 /// total, are left out).
 double vit_gemm_flop(bool full) {
-  const auto& o = vit_options;
+  const auto& o = ftopt::bench::vit_d256;
   const double B = 128, T = static_cast<double>(o.patches() + 1), N = B * T, h = static_cast<double>(o.hidden),
                m = static_cast<double>(o.intermediate), L = static_cast<double>(o.layers);
   const double linears = L * 2 * N * (4 * h * h + 2 * h * m), attention = L * 4 * B * T * T * h;
@@ -266,27 +249,14 @@ void vit_inference(benchmark::State& state) {
   const auto x = torch::randn({256, 1, 28, 28});
   const auto x_bf16 = x.to(torch::kBFloat16);
   PythonPeer py_fp32("vit_infer_fp32", "eager", threads), py_int8("vit_infer_int8", "eager", threads);
-  using Clock = std::chrono::steady_clock;
-  auto timed = [](auto&& run) {
-    const auto t0 = Clock::now();
-    run();
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  };
-  std::vector<std::function<double()>> turns = {[&] { return timed([&] { fp32->forward(x); }); },
-                                                [&] { return timed([&] { int8->forward(x); }); },
-                                                [&] { return timed([&] { bf16->forward(x_bf16); }); },
-                                                [&] { return py_fp32.step(); }, [&] { return py_int8.step(); }};
+  using ftopt::bench::seconds_of;
+  const std::vector<std::function<double()>> turns = {[&] { return seconds_of([&] { fp32->forward(x); }); },
+                                                      [&] { return seconds_of([&] { int8->forward(x); }); },
+                                                      [&] { return seconds_of([&] { bf16->forward(x_bf16); }); },
+                                                      [&] { return py_fp32.step(); }, [&] { return py_int8.step(); }};
   for (int i = 0; i < 2; ++i)
-    for (auto& t : turns) t();
-  std::vector<std::vector<double>> seconds(turns.size());
-  std::size_t first = 0;
-  for (auto _ : state) {
-    for (std::size_t k = 0; k < turns.size(); ++k) {
-      const std::size_t i = (first + k) % turns.size();
-      seconds[i].push_back(turns[i]());
-    }
-    first = (first + 1) % turns.size();
-  }
+    for (const auto& t : turns) t();
+  const auto seconds = ftopt::bench::in_rotation(state, turns);
   using ftopt::bench::median;
   const InferenceRow row{median(seconds[0]) * 1e3, median(seconds[1]) * 1e3, median(seconds[2]) * 1e3,
                          median(seconds[3]) * 1e3, median(seconds[4]) * 1e3};

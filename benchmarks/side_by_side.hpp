@@ -25,22 +25,38 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-/// Warms each contender up `warmup` times, then times them in rotation while the state runs.
-inline void side_by_side(benchmark::State& state, const std::vector<Contender>& contenders, int warmup = 3) {
-  using Clock = std::chrono::steady_clock;
-  for (int i = 0; i < warmup; ++i)
-    for (const auto& c : contenders) c.step();
-  std::vector<std::vector<double>> seconds(contenders.size());
+/// Seconds one call of `run` takes.
+template <class Run>
+double seconds_of(Run&& run) {
+  const auto t0 = std::chrono::steady_clock::now();
+  run();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Runs every turn once per iteration of the state, starting one turn later each iteration; each
+/// turn returns the seconds it measured (its own clock, or another process's report). Returns
+/// each turn's measurements.
+inline std::vector<std::vector<double>> in_rotation(benchmark::State& state,
+                                                    const std::vector<std::function<double()>>& turns) {
+  std::vector<std::vector<double>> seconds(turns.size());
   std::size_t first = 0;
   for (auto _ : state) {
-    for (std::size_t k = 0; k < contenders.size(); ++k) {
-      const std::size_t i = (first + k) % contenders.size();
-      const auto t0 = Clock::now();
-      contenders[i].step();
-      seconds[i].push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    for (std::size_t k = 0; k < turns.size(); ++k) {
+      const std::size_t i = (first + k) % turns.size();
+      seconds[i].push_back(turns[i]());
     }
-    first = (first + 1) % contenders.size();
+    first = (first + 1) % turns.size();
   }
+  return seconds;
+}
+
+/// Warms each contender up `warmup` times, then times them in rotation while the state runs.
+inline void side_by_side(benchmark::State& state, const std::vector<Contender>& contenders, int warmup = 3) {
+  for (int i = 0; i < warmup; ++i)
+    for (const auto& c : contenders) c.step();
+  std::vector<std::function<double()>> turns;
+  for (const auto& c : contenders) turns.push_back([&c] { return seconds_of(c.step); });
+  const auto seconds = in_rotation(state, turns);
   const double base = median(seconds[0]);
   for (std::size_t i = 0; i < contenders.size(); ++i) {
     const double m = median(seconds[i]);

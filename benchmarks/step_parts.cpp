@@ -11,6 +11,7 @@
 
 #include <ftopt.hpp>
 
+#include "models.hpp"
 #include "side_by_side.hpp"
 
 namespace {
@@ -19,8 +20,7 @@ template <class Precision, class Peft>
 struct Setup {
   explicit Setup(Peft peft)
       : model((torch::manual_seed(0),
-               ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256, .layers = 6,
-                                   .heads = 4, .intermediate = 1024, .num_labels = 10}))),
+               ftopt::models::ViT(ftopt::bench::vit_d256))),
         trainer({.device = torch::kCPU, .report_hardware = false}, {}, std::move(peft)),
         optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4)),
         batch{torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})} {}

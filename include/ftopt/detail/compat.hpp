@@ -151,8 +151,8 @@ inline std::atomic<AttentionKernel>& attention_kernel() {
 }
 
 /// Whether, under AttentionKernel::Auto, the written-out math beats ATen's fused CPU kernel
-/// (flash attention) for these shapes. Measured on LibTorch 2.11 (docs/benchmarks.md, "Attention
-/// on the CPU"): for bf16 and fp16 the fused CPU backward is 1.5-4x slower than two GEMMs and a
+/// (flash attention) for these shapes. Measured on LibTorch 2.11 (docs/benchmarks.md, "Faster
+/// than Python on the same ATen"): for bf16 and fp16 the fused CPU backward is 1.5-4x slower than two GEMMs and a
 /// softmax at every length up to 1024 keys; for fp32 the written-out math wins up to ~200 query
 /// and key rows and loses beyond. Longer sequences stay fused, which also keeps no [L, S]
 /// attention matrix; on CUDA ATen's kernels always win.

@@ -55,12 +55,12 @@ std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>&
                                ? x.to(compat::autocast_dtype(device))
                                : x;
   std::vector<at::Tensor> weights, biases;
+  std::vector<std::int64_t> widths;
   for (auto* layer : layers) {
     weights.push_back(layer->weight);
     if (with_bias) biases.push_back(layer->bias);
+    widths.push_back(layer->options.out_features());
   }
-  std::vector<std::int64_t> widths;
-  for (auto* layer : layers) widths.push_back(layer->options.out_features());
   const at::Tensor stacked = at::linear(input, at::cat(weights), with_bias ? at::cat(biases) : at::Tensor());
   // split_with_sizes, not narrow: its backward concatenates the outputs' gradients once, where
   // each narrow's would scatter into its own zero-filled copy of the whole width (measured 1.8x).
