@@ -9,6 +9,7 @@
 // ("shapes" keys each row by the op's input shapes too.)
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -109,11 +110,18 @@ int profile(Peft peft, Model model, std::pair<torch::Tensor, torch::Tensor> batc
   return 0;
 }
 
+/// The ViT profiled: the d-256 ViT, or (FTOPT_PROFILE_MODEL=main) the main job's default.
+const ftopt::models::ViTOptions& vit_options() {
+  const char* model = std::getenv("FTOPT_PROFILE_MODEL");
+  return model && std::string(model) == "main" ? ftopt::bench::vit_main : ftopt::bench::vit_d256;
+}
 ftopt::models::ViT vit() {
   torch::manual_seed(0);
-  return ftopt::models::ViT(ftopt::bench::vit_d256);
+  return ftopt::models::ViT(vit_options());
 }
-std::pair<torch::Tensor, torch::Tensor> images() { return {torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})}; }
+std::pair<torch::Tensor, torch::Tensor> images() {
+  return {torch::randn({128, 1, 28, 28}), torch::randint(0, vit_options().num_labels, {128})};
+}
 
 template <class Precision>
 int with_peft(const std::string& peft, int steps, bool by_shape) {
@@ -122,6 +130,10 @@ int with_peft(const std::string& peft, int steps, bool by_shape) {
     return profile<Precision>(
         ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "value"}, .modules_to_save = {"classifier"}}),
         vit(), images(), steps, by_shape);
+  if (peft == "lora-all")  // the main job's LoRA: every Linear of the blocks
+    return profile<Precision>(ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
+                                                 .modules_to_save = {"classifier"}}),
+                              vit(), images(), steps, by_shape);
   if (peft == "mlp")  // bench_python_peer's MLP: 784-64-10, batch 32, full, FusedAdamW
     return profile<Precision, ftopt::peft::Full, ftopt::optim::FusedAdamW>(
         ftopt::peft::Full{}, ftopt::models::Mlp({.in = 784, .hidden = {64}, .out = 10}),

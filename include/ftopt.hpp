@@ -39,6 +39,7 @@
 #include <ftopt/models/vit.hpp>
 #include <ftopt/nn/conv2d.hpp>
 #include <ftopt/nn/linear.hpp>
+#include <ftopt/nn/low_rank_linears.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/nn/shared_input_linears.hpp>
 #include <ftopt/weights/files.hpp>

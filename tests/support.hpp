@@ -28,6 +28,16 @@ namespace ftopt::test {
 /// after it. Only tests named "CUDA: ..." may skip in CI (scripts/test.sh checks).
 inline void skip(const std::string& why) { WARN("SKIPPED: " << why); }
 
+/// Sets a process-wide switch (nn::low_rank_linears_enabled() and its kind) for a scope and
+/// restores it after, whether the scope ends normally or by a failed REQUIRE.
+template <class Switch>
+struct Switched {
+  Switch& flag;
+  bool was;
+  Switched(Switch& flag, bool value) : flag(flag), was(flag.load()) { flag = value; }
+  ~Switched() { flag = was; }
+};
+
 /// A scratch folder removed at the end of the test.
 struct ScratchDir {
   std::filesystem::path path;

@@ -10,6 +10,8 @@
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/quant/dynamic_int8.hpp>
 
+#include "../support.hpp"
+
 namespace {
 
 struct Projections : torch::nn::Module {
@@ -90,6 +92,8 @@ TEST_CASE("shared_input_linears is each Linear's own forward, values and gradien
 }
 
 TEST_CASE("shared_input_linears adds unmerged LoRA branches and gives their gradients", "[nn][shared_input_linears]") {
+  // The additive path: with the low-rank kernel on, these branches take it (low_rank_linears.cpp).
+  ftopt::test::Switched additive(ftopt::nn::low_rank_linears_enabled(), false);
   torch::manual_seed(2);
   Projections m;
   ftopt::peft::Lora lora({.r = 4, .alpha = 8, .targets = {"query", "value"}});

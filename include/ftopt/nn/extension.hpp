@@ -13,11 +13,19 @@
 ///   linear->attach(std::make_shared<Doubling>());
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include <ATen/core/Tensor.h>
 
 namespace ftopt::nn {
+
+/// A trainable low-rank update of a layer's weight: the layer computes W x + scaling * B(A x),
+/// with a [r, in] and b [out, r].
+struct LowRankTerm {
+  at::Tensor a, b;
+  double scaling = 1;
+};
 
 template <class Layer>
 struct Extension {
@@ -39,6 +47,10 @@ struct Extension {
   virtual at::Tensor added(Layer& /*layer*/, const at::Tensor& /*input*/) {
     throw std::logic_error("nn::Extension::added called on an extension that is not additive");
   }
+  /// While the forward is the layer's own plus scaling * B(A x) of the input as given (an unmerged
+  /// LoRA branch without dropout), that term: the layer may then run as one GEMM over its merged
+  /// weight (nn::low_rank_linears).
+  virtual std::optional<LowRankTerm> low_rank(const Layer& /*layer*/) const { return std::nullopt; }
 };
 
 /// The attach point a layer holds: empty unless a policy attached something. With nothing

@@ -7,7 +7,9 @@
 ///
 /// It fuses when every layer computes its own forward (nothing attached, or a transparent
 /// extension: a merged LoRA branch) or its own forward plus an additive term (nn::Extension::
-/// additive: an unmerged LoRA branch, whose term is then computed from the same cast input); with
+/// additive: an unmerged LoRA branch, whose term is then computed from the same cast input; on
+/// frozen weights and without dropout, nn::low_rank_linears instead: one GEMM over the merged
+/// weights for the forward and the input's gradient); with
 /// any other extension attached (int8, fake-quant, a calibration observer, an adapter) or biases
 /// on some layers only, each layer runs its own forward, unchanged.
 ///
@@ -17,6 +19,7 @@
 /// additive terms' input gradients join that one in bf16 (one cast back, where separate layers
 /// cast each). Measured: docs/benchmarks.md, "Casts under Bf16Mixed".
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -26,6 +29,7 @@
 
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/nn/linear.hpp>
+#include <ftopt/nn/low_rank_linears.hpp>
 
 namespace ftopt::nn {
 
@@ -50,16 +54,18 @@ std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>&
     return out;
   }
   // Cast once for every layer (and every additive term) where autocast would cast per layer.
-  const auto device = x.device().type();
-  const at::Tensor input = compat::autocast_enabled(device) && x.scalar_type() == at::kFloat
-                               ? x.to(compat::autocast_dtype(device))
-                               : x;
-  std::vector<at::Tensor> weights, biases;
+  const at::Tensor input = autocast_input(x);
   std::vector<std::int64_t> widths;
+  for (auto* layer : layers) widths.push_back(layer->options.out_features());
+  if (low_rank_linears_apply(layers)) {
+    const auto parts = low_rank_linears(layers, input).split_with_sizes(widths, -1);
+    std::copy(parts.begin(), parts.end(), out.begin());
+    return out;
+  }
+  std::vector<at::Tensor> weights, biases;
   for (auto* layer : layers) {
     weights.push_back(layer->weight);
     if (with_bias) biases.push_back(layer->bias);
-    widths.push_back(layer->options.out_features());
   }
   const at::Tensor stacked = at::linear(input, at::cat(weights), with_bias ? at::cat(biases) : at::Tensor());
   // split_with_sizes, not narrow: its backward concatenates the outputs' gradients once, where

@@ -12,6 +12,7 @@
 ///   ...
 ///   ftopt::peft::save_adapter(*model, trainer.peft(), "adapter/");   // PEFT's file names
 
+#include <array>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -23,6 +24,7 @@
 
 #include <ftopt/error.hpp>
 #include <ftopt/nn/linear.hpp>
+#include <ftopt/nn/low_rank_linears.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/peft/concept.hpp>
 #include <ftopt/peft/full.hpp>
@@ -47,10 +49,13 @@ public:
     detail::adopt(layer, "lora_B", b_);
   }
 
+  /// Unmerged and without dropout on a frozen layer, one GEMM over W + scaling * B A
+  /// (nn::low_rank_linears); otherwise the layer's output plus the branch's.
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
-    at::Tensor out = layer.base_forward(x);
-    if (merged_) return out;
-    return out + added(layer, x);
+    if (merged_) return layer.base_forward(x);
+    const std::array<nn::LinearImpl*, 1> alone{&layer};
+    if (nn::low_rank_linears_apply(alone)) return nn::low_rank_linears(alone, nn::autocast_input(x));
+    return layer.base_forward(x) + added(layer, x);
   }
 
   /// scaling * B(A(dropout(x))), the term the branch adds to the layer's output. PEFT scales B's
@@ -61,6 +66,11 @@ public:
   at::Tensor added(nn::LinearImpl& layer, const at::Tensor& x) override {
     const at::Tensor dropped = dropout_ > 0 ? at::dropout(x, dropout_, layer.is_training()) : x;
     return b_(a_(dropped) * scaling_);
+  }
+
+  std::optional<nn::LowRankTerm> low_rank(const nn::LinearImpl& layer) const override {
+    if (merged_ || (dropout_ > 0 && layer.is_training())) return std::nullopt;
+    return nn::LowRankTerm{a_->weight, b_->weight, scaling_};
   }
 
   /// scaling * B A, the update merge adds to W.

@@ -1,0 +1,190 @@
+#pragma once
+/// nn::low_rank_linears: frozen nn::Linear layers that share one input, some carrying a trainable
+/// low-rank term (an unmerged LoRA branch without dropout: y = W x + b + s B(A x)), computed as
+/// one GEMM over the merged weights W' = W + s B A for the forward and again for the input's
+/// gradient. The adapters' gradients come from the rank-r product saved in the forward:
+///
+///     forward    u = x A^T             y  = x W'^T + b
+///     backward   dx = dy W'            dB = s dy^T u         dA = s (dy B)^T x
+///
+/// Layer by layer the same LoRA forward is x W^T, A x, B(s A x) and their sum, and its backward
+/// two more skinny GEMMs (through B, then through A back to x) and the sum's gradient: per layer
+/// this saves two rank-r GEMMs over the token dimension and two full-width elementwise passes.
+/// W' is formed in the weights' dtype (fp32 master weights) and cast once to the compute dtype
+/// (the input's: bf16 under autocast), as autocast casts W alone; its rounding of the small
+/// update is the rounding autocast applies to W. Measured: docs/benchmarks.md, "LoRA as one GEMM".
+///
+///   std::array<ftopt::nn::LinearImpl*, 1> layer{query.get()};
+///   if (ftopt::nn::low_rank_linears_apply(layer)) y = ftopt::nn::low_rank_linears(layer, ftopt::nn::autocast_input(x));
+///
+/// Callers (peft::LoraBranch, nn::shared_input_linears) use it only where every layer's weight is
+/// frozen and its extension offers a term (nn::Extension::low_rank) or computes the layer's own
+/// forward; `low_rank_linears_enabled()` switches it off for a whole process.
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <ftopt/detail/compat.hpp>
+#include <ftopt/nn/linear.hpp>
+
+namespace ftopt::nn {
+
+/// The process-wide switch: on by default; off sends LoRA branches back to their layer-by-layer
+/// forward (for side-by-side benchmarks, and to rule the kernel out when chasing a difference).
+inline std::atomic<bool>& low_rank_linears_enabled() {
+  static std::atomic<bool> enabled{true};
+  return enabled;
+}
+
+/// The input as the layers compute with it: cast to autocast's dtype where autocast is on for
+/// its device (once for several layers, where autocast would cast it per layer).
+inline at::Tensor autocast_input(const at::Tensor& x) {
+  const auto device = x.device().type();
+  return compat::autocast_enabled(device) && x.scalar_type() == at::kFloat ? x.to(compat::autocast_dtype(device)) : x;
+}
+
+namespace detail {
+
+/// Autocast is kept out of the kernel: it would form W + s B A in bf16, and every tensor it is
+/// given is already in the dtype it computes in.
+inline c10::impl::ExcludeDispatchKeyGuard no_autocast() {
+  return c10::impl::ExcludeDispatchKeyGuard(
+      c10::DispatchKeySet({c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA}));
+}
+
+/// W_i + s_j B_j A_j for each layer i (term j where term_layer[j] == i), stacked and cast to `dtype`.
+inline at::Tensor merged_weights(at::TensorList weights, at::TensorList as, at::TensorList bs,
+                                 const std::vector<double>& scalings, const std::vector<std::int64_t>& term_layer,
+                                 at::ScalarType dtype) {
+  std::vector<at::Tensor> merged(weights.begin(), weights.end());
+  for (std::size_t j = 0; j < term_layer.size(); ++j) {
+    auto& w = merged[static_cast<std::size_t>(term_layer[j])];
+    w = at::addmm(w, bs[j], as[j], /*beta=*/1, /*alpha=*/scalings[j]);
+  }
+  return (merged.size() == 1 ? merged[0] : at::cat(merged)).to(dtype);
+}
+
+class LowRankLinearsFunction : public torch::autograd::Function<LowRankLinearsFunction> {
+public:
+  using Context = torch::autograd::AutogradContext;
+
+  /// input [*, in] in the compute dtype; bias the layers' biases stacked, or undefined; weights
+  /// [out_i, in], frozen; term j is (as[j] [r_j, in], bs[j] [out, r_j], scalings[j]) on layer
+  /// term_layer[j]. Returns the layers' outputs side by side, [*, sum out_i].
+  static torch::autograd::variable_list forward(Context* ctx, const at::Tensor& input, const at::Tensor& bias,
+                                                at::TensorList weights, at::TensorList as, at::TensorList bs,
+                                                std::vector<double> scalings, std::vector<std::int64_t> term_layer) {
+    auto guard = no_autocast();
+    const auto dtype = input.scalar_type();
+    const at::Tensor w = merged_weights(weights, as, bs, scalings, term_layer, dtype);
+    const at::Tensor y = at::linear(input, w, bias.defined() ? bias.to(dtype) : bias);
+    const at::Tensor a = (as.size() == 1 ? as[0] : at::cat(as)).to(dtype);
+    const at::Tensor u = at::mm(input.reshape({-1, input.size(-1)}), a.t());  // [tokens, sum r_j]
+    torch::autograd::variable_list saved{input, u, w};
+    for (const auto& b : bs) saved.push_back(b.to(dtype));
+    ctx->save_for_backward(saved);
+    std::vector<std::int64_t> widths;
+    for (const auto& weight : weights) widths.push_back(weight.size(0));
+    ctx->saved_data["widths"] = widths;
+    ctx->saved_data["scalings"] = scalings;
+    ctx->saved_data["term_layer"] = term_layer;
+    ctx->saved_data["bias_dtype"] = bias.defined() ? bias.scalar_type() : dtype;
+    ctx->saved_data["param_dtype"] = as[0].scalar_type();
+    return {y};
+  }
+
+  static torch::autograd::variable_list backward(Context* ctx, torch::autograd::variable_list grad_outputs) {
+    auto guard = no_autocast();
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& input = saved[0];
+    const at::Tensor& u = saved[1];
+    const at::Tensor& w = saved[2];
+    const auto widths = ctx->saved_data["widths"].toIntVector();
+    const auto scalings = ctx->saved_data["scalings"].toDoubleVector();
+    const auto term_layer = ctx->saved_data["term_layer"].toIntVector();
+    const auto param_dtype = ctx->saved_data["param_dtype"].toScalarType();
+    const std::size_t layers = widths.size(), terms = term_layer.size();
+
+    const at::Tensor g = grad_outputs[0].to(input.scalar_type()).reshape({-1, w.size(0)});
+    const at::Tensor x = input.reshape({-1, input.size(-1)});
+    // One gradient per input of forward: input, bias, weights..., as..., bs..., scalings, term_layer.
+    torch::autograd::variable_list grads(2 + layers + 2 * terms + 2);
+    if (ctx->needs_input_grad(0)) grads[0] = at::mm(g, w).view(input.sizes());
+    if (ctx->needs_input_grad(1)) grads[1] = g.sum(0).to(ctx->saved_data["bias_dtype"].toScalarType());
+    std::vector<std::int64_t> row(layers, 0);  // each layer's first output column
+    for (std::size_t i = 1; i < layers; ++i) row[i] = row[i - 1] + widths[i - 1];
+    std::int64_t rank_begin = 0;
+    for (std::size_t j = 0; j < terms; ++j) {
+      const auto i = static_cast<std::size_t>(term_layer[j]);
+      const at::Tensor& b = saved[3 + j];
+      const std::int64_t r = b.size(1);
+      const at::Tensor g_layer = g.narrow(1, row[i], widths[i]);
+      const double s = scalings[j];
+      grads[2 + layers + j] = at::mm(at::mm(g_layer, b).t(), x).to(param_dtype).mul_(s);                   // dA
+      grads[2 + layers + terms + j] = at::mm(g_layer.t(), u.narrow(1, rank_begin, r)).to(param_dtype).mul_(s);  // dB
+      rank_begin += r;
+    }
+    return grads;
+  }
+};
+
+} // namespace detail
+
+/// The term layer `layer` offers, when it can take part: its weight frozen, and its extension
+/// absent, transparent, or offering a low-rank term. nullopt inside means "the layer's own forward".
+inline std::optional<std::optional<LowRankTerm>> low_rank_part(LinearImpl& layer) {
+  if (layer.weight.requires_grad()) return std::nullopt;
+  const auto& ext = layer.extension();
+  if (!ext || ext->transparent()) return std::optional<LowRankTerm>{};
+  if (auto term = ext->low_rank(layer)) return term;
+  return std::nullopt;
+}
+
+/// Whether `layers` can run as one low-rank GEMM: the switch on, all weights frozen, every
+/// extension absent, transparent or low-rank, at least one term, and biases on all or none.
+inline bool low_rank_linears_apply(std::span<LinearImpl* const> layers) {
+  if (!low_rank_linears_enabled().load(std::memory_order_relaxed)) return false;
+  bool any_term = false;
+  for (auto* layer : layers) {
+    const auto part = low_rank_part(*layer);
+    if (!part || layer->bias.defined() != layers[0]->bias.defined()) return false;
+    any_term = any_term || part->has_value();
+  }
+  return any_term;
+}
+
+/// The layers' outputs side by side ([*, sum out_i]) for an input already in the compute dtype
+/// (autocast_input), where low_rank_linears_apply(layers) holds.
+inline at::Tensor low_rank_linears(std::span<LinearImpl* const> layers, const at::Tensor& input) {
+  std::vector<at::Tensor> weights, biases, as, bs;
+  std::vector<double> scalings;
+  std::vector<std::int64_t> term_layer;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    weights.push_back(layers[i]->weight);
+    if (layers[i]->bias.defined()) biases.push_back(layers[i]->bias);
+    if (auto term = *low_rank_part(*layers[i])) {
+      as.push_back(term->a);
+      bs.push_back(term->b);
+      scalings.push_back(term->scaling);
+      term_layer.push_back(static_cast<std::int64_t>(i));
+    }
+  }
+  const at::Tensor bias = biases.empty() ? at::Tensor() : biases.size() == 1 ? biases[0] : at::cat(biases);
+  if (!at::GradMode::is_enabled()) {  // inference: the merged GEMM alone, no rank-r product to keep
+    auto guard = detail::no_autocast();
+    return at::linear(input, detail::merged_weights(weights, as, bs, scalings, term_layer, input.scalar_type()),
+                      bias.defined() ? bias.to(input.scalar_type()) : bias);
+  }
+  // As TensorLists, so that autograd counts each tensor as an input of its own.
+  return detail::LowRankLinearsFunction::apply(input, bias, at::TensorList(weights), at::TensorList(as),
+                                               at::TensorList(bs), scalings, term_layer)[0];
+}
+
+} // namespace ftopt::nn

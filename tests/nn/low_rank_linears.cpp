@@ -1,0 +1,165 @@
+// Tests for include/ftopt/nn/low_rank_linears.hpp: LoRA layers on frozen weights computed as one
+// GEMM over W + s B A give the outputs and gradients of the formula PEFT's LoRA layer computes,
+// y = x W^T + b + s (x A^T) B^T, written here with plain ATen ops and differentiated by autograd;
+// alone (peft::LoraBranch's forward) and grouped (nn::shared_input_linears), fp32 and bf16
+// autocast, with and without gradient mode; and the cases it must leave to the layer-by-layer path.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include <torch/torch.h>
+
+#include <ftopt/detail/compat.hpp>
+#include <ftopt/nn/low_rank_linears.hpp>
+#include <ftopt/nn/shared_input_linears.hpp>
+#include <ftopt/peft/lora.hpp>
+
+#include "../support.hpp"
+
+namespace {
+
+struct LowRankProjections : torch::nn::Module {
+  LowRankProjections()
+      : query(register_module("query", ftopt::nn::Linear(16, 12))),
+        key(register_module("key", ftopt::nn::Linear(16, 12))),
+        value(register_module("value", ftopt::nn::Linear(16, 8))) {}
+  std::array<ftopt::nn::LinearImpl*, 3> layers() { return {query.get(), key.get(), value.get()}; }
+  ftopt::nn::Linear query, key, value;
+};
+
+/// LoRA (r 4, alpha 8: scaling 2) on query and value, B drawn at random (PEFT's zero B would hide
+/// the branch), biases trained too (`bias = "all"`), so every gradient the kernel gives is checked.
+ftopt::peft::Lora with_branches(LowRankProjections& m) {
+  ftopt::peft::Lora lora({.r = 4, .alpha = 8, .targets = {"query", "value"}, .bias = ftopt::peft::LoraBias::All});
+  lora.attach(m);
+  torch::NoGradGuard no_grad;
+  for (auto& [name, branch] : lora.branches()) branch->b()->weight.normal_();
+  return lora;
+}
+
+/// Whether `t` came out of the kernel: its gradient function, or the one its split came from.
+bool from_low_rank_kernel(const torch::Tensor& t) {
+  auto fn = t.grad_fn();
+  for (int hop = 0; fn && hop < 2; ++hop) {
+    if (fn->name().find("LowRankLinearsFunction") != std::string::npos) return true;
+    fn = fn->next_edges().empty() ? nullptr : fn->next_edges()[0].function;
+  }
+  return false;
+}
+
+/// The three outputs, then the gradients of x and of every trained parameter after a backward of
+/// sum(out_i * g_i): through the layers (`formula` false) or through the formula.
+std::vector<torch::Tensor> run_low_rank(LowRankProjections& m, const ftopt::peft::Lora& lora, const torch::Tensor& input, bool formula,
+                               bool autocast, bool grouped = true, bool* kernel = nullptr) {
+  for (auto& p : m.parameters()) p.mutable_grad() = torch::Tensor();
+  auto x = input.clone().requires_grad_(true);
+  std::array<torch::Tensor, 3> out;
+  {
+    ftopt::compat::AutocastScope scope(torch::kCPU, torch::kBFloat16, autocast);
+    if (formula) {
+      auto layers = m.layers();
+      for (std::size_t i = 0; i < 3; ++i) out[i] = at::linear(x, layers[i]->weight, layers[i]->bias);
+      const std::array<std::size_t, 2> adapted_layers{0, 2};  // query, value
+      for (std::size_t j = 0; j < 2; ++j) {
+        auto& branch = lora.branches()[j].second;
+        out[adapted_layers[j]] = out[adapted_layers[j]] + 2.0 * at::linear(at::linear(x, branch->a()->weight),
+                                                                            branch->b()->weight);
+      }
+    } else if (grouped) {
+      out = ftopt::nn::shared_input_linears<3>(m.layers(), x);
+    } else {
+      for (std::size_t i = 0; i < 3; ++i) out[i] = m.layers()[i]->forward(x);
+    }
+  }
+  if (kernel) *kernel = from_low_rank_kernel(out[0]) && from_low_rank_kernel(out[2]);
+  torch::manual_seed(3);
+  torch::Tensor loss = torch::zeros({});
+  for (auto& o : out) loss = loss + (o.to(torch::kFloat) * torch::randn(o.sizes())).sum();
+  loss.backward();
+  std::vector<torch::Tensor> result(out.begin(), out.end());
+  result.push_back(x.grad());
+  for (auto& p : m.parameters())
+    if (p.requires_grad()) result.push_back(p.grad());
+  return result;
+}
+
+/// Each tensor within a relative L2 error of the formula's.
+void check_near_formula(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want, double rel) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    REQUIRE(got[i].defined());
+    CHECK(got[i].scalar_type() == want[i].scalar_type());
+    const auto x = got[i].to(torch::kFloat), y = want[i].to(torch::kFloat);
+    const double error = ((x - y).norm() / y.norm().clamp_min(1e-12)).item<double>();
+    CAPTURE(i, error);
+    CHECK(error <= rel);
+  }
+}
+
+} // namespace
+
+TEST_CASE("low_rank_linears gives PEFT's LoRA formula, values and gradients", "[nn][low_rank_linears]") {
+  torch::manual_seed(1);
+  LowRankProjections m;
+  const auto lora = with_branches(m);
+  const auto x = torch::randn({2, 5, 16});
+  const auto want = run_low_rank(m, lora, x, /*formula=*/true, false);
+  REQUIRE(want.size() == 3 + 1 + 3 + 4);  // outputs, x, three biases, A and B of two branches
+
+  bool kernel = false;
+  SECTION("grouped, fp32") {
+    check_near_formula(run_low_rank(m, lora, x, false, false, /*grouped=*/true, &kernel), want, 1e-5);
+    CHECK(kernel);
+  }
+  SECTION("each layer alone (LoraBranch's forward), fp32") {
+    check_near_formula(run_low_rank(m, lora, x, false, false, /*grouped=*/false, &kernel), want, 1e-5);
+    CHECK(kernel);
+  }
+  SECTION("under bf16 autocast, against the formula under autocast") {
+    const auto want_bf16 = run_low_rank(m, lora, x, true, true);
+    CHECK(want_bf16[0].scalar_type() == torch::kBFloat16);
+    check_near_formula(run_low_rank(m, lora, x, false, true, true, &kernel), want_bf16, 2e-2);
+    CHECK(kernel);
+    check_near_formula(run_low_rank(m, lora, x, false, true, false), want_bf16, 2e-2);
+  }
+  SECTION("without gradient mode (inference): the merged GEMM alone") {
+    torch::NoGradGuard no_grad;
+    const auto out = ftopt::nn::shared_input_linears<3>(m.layers(), x);
+    for (std::size_t i = 0; i < 3; ++i) CHECK(torch::allclose(out[i], want[i], 1e-5, 1e-5));
+  }
+  SECTION("switched off: the layer-by-layer path, the same values") {
+    ftopt::test::Switched off(ftopt::nn::low_rank_linears_enabled(), false);
+    check_near_formula(run_low_rank(m, lora, x, false, false, true, &kernel), want, 1e-5);
+    CHECK_FALSE(kernel);
+  }
+}
+
+TEST_CASE("low_rank_linears is not used where the formula would not hold", "[nn][low_rank_linears]") {
+  torch::manual_seed(2);
+  LowRankProjections m;
+  const auto x = torch::randn({4, 16});
+  SECTION("LoRA dropout while training: the branch sees dropped inputs, the base layer does not") {
+    ftopt::peft::Lora lora({.r = 4, .alpha = 8, .dropout = 0.5, .targets = {"query", "value"}});
+    lora.attach(m);
+    const auto& branch = *lora.branches()[0].second;
+    CHECK_FALSE(branch.low_rank(*m.query).has_value());
+    CHECK_FALSE(ftopt::nn::low_rank_linears_apply(m.layers()));
+    m.eval();  // dropout off: the formula holds again
+    CHECK(branch.low_rank(*m.query).has_value());
+    CHECK(ftopt::nn::low_rank_linears_apply(m.layers()));
+  }
+  SECTION("a base weight that trains (its gradient would be needed)") {
+    auto lora = with_branches(m);
+    m.key->weight.requires_grad_(true);
+    CHECK_FALSE(ftopt::nn::low_rank_linears_apply(m.layers()));
+    const auto out = run_low_rank(m, lora, x, false, false);
+    CHECK_FALSE(from_low_rank_kernel(out[0]));
+    check_near_formula(out, run_low_rank(m, lora, x, true, false), 1e-5);
+  }
+  SECTION("merged branches or no branch at all: a plain GEMM suffices") {
+    CHECK_FALSE(ftopt::nn::low_rank_linears_apply(m.layers()));  // nothing attached (and weights train)
+    auto lora = with_branches(m);
+    lora.merge(m);
+    CHECK_FALSE(ftopt::nn::low_rank_linears_apply(m.layers()));
+  }
+}
