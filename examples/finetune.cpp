@@ -1,8 +1,10 @@
 // The main job: pretrain a backbone on Fashion-MNIST classes 0-4 (cached on disk after the first
 // run), then fine-tune it on classes 5-9: the naive baseline (fp32, full fine-tuning), Bf16Mixed
-// where the CPU computes bf16 natively, and the best policies ftopt has today (LoRA for the ViT,
-// Freeze for the ResNet, whose convolutions LoRA does not adapt yet), once more with
-// memory::Checkpoint, and close with a table.
+// where the CPU computes bf16 natively, and the best policies ftopt has today (LoRA on every
+// Linear of the ViT's blocks, once more with memory::Checkpoint, and LoRA on query and value;
+// Freeze for the ResNet, whose convolutions LoRA does not adapt yet, with and without
+// memory::Checkpoint), and close with a table. After each row the model (adapters merged) is
+// evaluated for inference in fp32, with bf16 weights and with quant::DynamicInt8.
 //
 //   build/examples/finetune [--model vit|resnet] [--epochs N] [--pretrain-epochs N] [--lr X]
 //                           [--precision auto|fp32|bf16] [--all-classes [--augment]]
@@ -49,15 +51,17 @@ namespace {
 struct Args {
   std::string model = "vit";
   std::string precision = "auto";  // auto: Bf16Mixed where the CPU has native bf16, else fp32
-  std::int64_t epochs = 2;
+  std::int64_t epochs = 1;
   std::int64_t pretrain_epochs = 2;
   std::int64_t train_limit = 0;
   double lr = 0;  // 0: 2e-3 for the ResNet, 1e-3 for the ViT
   bool all_classes = false;
   bool augment = false;
-  std::int64_t vit_hidden = 64;  // the ViT's width (MLP 2x) and depth
+  // The ViT's width and depth: large enough that the fp32 step is GEMM-bound (67% of it in
+  // GEMMs, docs/benchmarks.md), small enough that the whole job runs in minutes on 2 cores.
+  std::int64_t vit_hidden = 128;
   std::int64_t vit_layers = 4;
-  std::int64_t vit_mlp = 2;  // the ViT's MLP width as a multiple of its width (HF ViT-Base: 4)
+  std::int64_t vit_mlp = 4;  // the ViT's MLP width as a multiple of its width (HF ViT-Base: 4)
   double vit_dropout = 0.0;  // the ViT's hidden dropout (HF: hidden_dropout_prob)
   double label_smoothing = 0.0;      // cross-entropy's label_smoothing (as torch.nn.CrossEntropyLoss)
   std::int64_t warmup_steps = 50;    // WarmupCosine's linear warm-up
@@ -163,9 +167,26 @@ struct Row {
   std::int64_t trainable = 0, total = 0;
   double test_accuracy = 0;
   double data_wait = 0;  ///< fraction of the epoch the Trainer waited for the next batch
-  double int8_accuracy = 0;  ///< test accuracy after quant::DynamicInt8 (adapters merged first)
-  double int8_speedup = 0;   ///< float test-set evaluation time / int8's
+  /// Inference after training, adapters merged: the test set in fp32, then with the weights in
+  /// bf16 (converted once), then after quant::DynamicInt8; speed-ups over the fp32 evaluation.
+  double fp32_accuracy = 0, bf16_accuracy = 0, int8_accuracy = 0;
+  double bf16_speedup = 0, int8_speedup = 0;
 };
+
+/// The test set evaluated with the model's weights in bf16 (the fastest inference path where
+/// the CPU computes bf16), the weights then put back as they were.
+template <class M>
+ftopt::EvalStats evaluate_bf16_weights(M& model, ftopt::data::TensorBatches& batches) {
+  std::vector<torch::Tensor> kept;
+  for (const auto& t : model->parameters()) kept.push_back(t.detach().clone());
+  model->to(torch::kBFloat16);
+  auto stats = ftopt::Trainer<ftopt::precision::Bf16True>({.report_hardware = false}).evaluate(model, batches);
+  model->to(torch::kFloat);
+  torch::NoGradGuard no_grad;
+  auto params = model->parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(kept[i]);
+  return stats;
+}
 
 std::int64_t numel(const std::vector<torch::Tensor>& ts) {
   std::int64_t n = 0;
@@ -227,32 +248,37 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
           static_cast<double>(peak_bytes) / (1 << 20), numel(params), numel(model->parameters()),
           test.accuracy.value_or(0), seconds > 0 ? waiting / seconds : 0.0};
   if (!int8) return row;
-  // For inference: adapters merged (Trainer::finalize), then every Linear dynamically quantized
-  // (by the combination's own Quant policy when it has one).
+  // Inference: adapters merged (Trainer::finalize), evaluated in fp32, with bf16 weights, and
+  // with every Linear dynamically quantized (by the combination's own Quant policy when it has one).
   constexpr bool quantizes = !std::is_same_v<typename Trainer::quant_type, ftopt::quant::None>;
-  const double float_seconds = quantizes ? test.seconds : [&] {
-    trainer.finalize(model);
-    return trainer.evaluate(model, test_batches).seconds;
-  }();
+  ftopt::Trainer<> fp32({.report_hardware = false});
+  if (!quantizes) trainer.finalize(model);
+  const auto plain = fp32.evaluate(model, test_batches);
+  const auto bf16 = evaluate_bf16_weights(model, test_batches);
   if (quantizes) trainer.finalize(model);
   else ftopt::quant::DynamicInt8().convert(*model);
-  const auto quantized = trainer.evaluate(model, test_batches);
+  const auto quantized = fp32.evaluate(model, test_batches);
+  row.fp32_accuracy = plain.accuracy.value_or(0);
+  row.bf16_accuracy = bf16.accuracy.value_or(0);
   row.int8_accuracy = quantized.accuracy.value_or(0);
-  row.int8_speedup = float_seconds / quantized.seconds;
-  std::cerr << "with quant::DynamicInt8: test accuracy " << 100.0 * row.int8_accuracy << "%, evaluation "
-            << std::setprecision(2) << row.int8_speedup << "x the float model's speed\n";
+  row.bf16_speedup = plain.seconds / bf16.seconds;
+  row.int8_speedup = plain.seconds / quantized.seconds;
+  std::cerr << "inference: fp32 " << 100.0 * row.fp32_accuracy << "%; bf16 weights " << 100.0 * row.bf16_accuracy
+            << "%, " << std::setprecision(2) << row.bf16_speedup << "x fp32's speed; quant::DynamicInt8 "
+            << 100.0 * row.int8_accuracy << "%, " << row.int8_speedup << "x\n";
   return row;
 }
 
 void print_table(const std::vector<Row>& rows) {
   std::cout << "\n| setup | s / epoch | data wait | peak MiB | trainable params | test acc | speed-up "
-               "| int8 test acc | int8 inference speed-up |\n"
-            << "|---|---|---|---|---|---|---|---|---|\n";
+               "| fp32 inference acc | bf16 weights acc, speed-up | int8 acc, speed-up |\n"
+            << "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
     std::cout << std::fixed << "| " << r.setup << " | " << std::setprecision(1) << r.epoch_seconds << " | "
               << 100.0 * r.data_wait << "% | " << r.peak_mib << " | " << r.trainable << " / " << r.total << " | "
               << std::setprecision(2) << 100.0 * r.test_accuracy << "% | "
-              << rows.front().epoch_seconds / r.epoch_seconds << "x | " << 100.0 * r.int8_accuracy << "% | "
+              << rows.front().epoch_seconds / r.epoch_seconds << "x | " << 100.0 * r.fp32_accuracy << "% | "
+              << 100.0 * r.bf16_accuracy << "%, " << r.bf16_speedup << "x | " << 100.0 * r.int8_accuracy << "%, "
               << r.int8_speedup << "x |\n";
 }
 
@@ -284,10 +310,19 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
                            ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, lora), model, train_set, test_set,
                            3 * lr, Loading::Pipeline));
     }
+    {
+      auto model = fresh();
+      rows.push_back(train(precision + " + peft::Lora + memory::Checkpoint",
+                           ftopt::Trainer<Precision, ftopt::peft::Lora, ftopt::memory::Checkpoint>(options, {}, lora),
+                           model, train_set, test_set, 3 * lr, Loading::Pipeline));
+    }
+    // The original paper's and PEFT's default targets: fewer adapted layers, a faster step.
+    const ftopt::peft::Lora query_value({.r = 8, .alpha = 16, .targets = {"query", "value"},
+                                         .modules_to_save = {"classifier"}});
     auto model = fresh();
-    rows.push_back(train(precision + " + peft::Lora + memory::Checkpoint",
-                         ftopt::Trainer<Precision, ftopt::peft::Lora, ftopt::memory::Checkpoint>(options, {}, lora),
-                         model, train_set, test_set, 3 * lr, Loading::Pipeline));
+    rows.push_back(train(precision + " + peft::Lora (r 8, query and value, head)",
+                         ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, query_value), model, train_set,
+                         test_set, 3 * lr, Loading::Pipeline));
   } else {
     std::string names;
     for (const auto& p : top) names += (names.empty() ? "" : "+") + p.text;
@@ -364,9 +399,8 @@ grid::Combination named_combination(const Args& args, bool bf16) {
 
 /// --peft/--memory/--quant, --auto and --grid, for the ViT.
 template <class Fresh>
-int run_grid_modes(const Args& args, Fresh& fresh, const ftopt::TrainerOptions& options, const Prepared& train_set,
-                   const Prepared& test_set, double lr) {
-  const bool bf16 = use_bf16(args);
+int run_grid_modes(const Args& args, bool bf16, Fresh& fresh, const ftopt::TrainerOptions& options,
+                   const Prepared& train_set, const Prepared& test_set, double lr) {
   grid::RunOptions grid_options = grid_run_options(lr);
   grid_options.trainer = options;
   grid_options.trainer.log = &std::cerr;
@@ -466,14 +500,16 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
   const auto fine_test = prepare(ftopt::data::select_classes(test_all, second), mean, std);
 
   // Pretraining, cached: the same settings give the same file name.
+  // Bf16Mixed rows where the CPU computes bf16 natively; pretraining too (it is not measured).
+  const bool bf16 = use_bf16(args);
   const auto cache = std::filesystem::path(args.cache) /
                      (args.model +
-                      (args.model == "vit" && (args.vit_hidden != 64 || args.vit_layers != 4)
-                           ? "-d" + std::to_string(args.vit_hidden) + "-l" + std::to_string(args.vit_layers)
-                           : "") +
-                      (args.model == "vit" && args.vit_mlp != 2 ? "-mlp" + std::to_string(args.vit_mlp) : "") +
+                      (args.model == "vit" ? "-d" + std::to_string(args.vit_hidden) + "-l" +
+                                                 std::to_string(args.vit_layers) + "-mlp" + std::to_string(args.vit_mlp)
+                                           : "") +
                       (args.model == "vit" && args.vit_dropout > 0 ? "-dropout" + std::to_string(args.vit_dropout) : "") +
                       "-fashion-mnist-classes0-4-epochs" + std::to_string(args.pretrain_epochs) +
+                      (bf16 ? "-bf16" : "") +
                       (args.train_limit ? "-limit" + std::to_string(args.train_limit) : "") + ".pt");
   torch::manual_seed(0);
   auto pretrained = make(5);
@@ -484,8 +520,13 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
     auto pre_test = prepare(ftopt::data::select_classes(test_all, first), mean, std);
     auto pre_options = options;
     pre_options.epochs = std::max<std::int64_t>(1, args.pretrain_epochs);
-    train("pretraining " + args.model + " on classes 0-4", ftopt::Trainer<>(pre_options), pretrained, pre_train,
-          pre_test, lr, Loading::InMemory, false, /*int8=*/false);
+    const std::string setup = "pretraining " + args.model + " on classes 0-4";
+    if (bf16)
+      train(setup, ftopt::Trainer<ftopt::precision::Bf16Mixed>(pre_options), pretrained, pre_train, pre_test, lr,
+            Loading::InMemory, false, /*int8=*/false);
+    else
+      train(setup, ftopt::Trainer<>(pre_options), pretrained, pre_train, pre_test, lr, Loading::InMemory, false,
+            /*int8=*/false);
     std::filesystem::create_directories(cache.parent_path());
     ftopt::weights::save(*pretrained, cache);
     std::cerr << "pretrained backbone saved to " << cache.string() << '\n';
@@ -503,13 +544,13 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
   if (!args.profile.empty()) profile_baseline(args.profile, fresh, options, fine_train, lr);
   if constexpr (std::is_same_v<M, ftopt::models::ViT>) {
     if (args.named() || args.autotune || !args.grid_dir.empty())
-      return run_grid_modes(args, fresh, options, fine_train, fine_test, lr);
+      return run_grid_modes(args, bf16, fresh, options, fine_train, fine_test, lr);
   }
   {
     auto model = fresh();
     rows.push_back(train("baseline: fp32, full fine-tuning", ftopt::Trainer<>(options), model, fine_train, fine_test, lr));
   }
-  if (use_bf16(args)) {
+  if (bf16) {
     auto model = fresh();
     rows.push_back(train("Bf16Mixed, full fine-tuning", ftopt::Trainer<ftopt::precision::Bf16Mixed>(options), model,
                          fine_train, fine_test, lr));
