@@ -38,6 +38,22 @@ struct Switched {
   ~Switched() { flag = was; }
 };
 
+/// The outputs, then the gradients of `x` and of every parameter of `module` that trains, after a
+/// backward of sum(out_i * g_i) with fixed random g_i (seed 3). A gradient the outputs do not
+/// reach (a merged LoRA branch's) reads as a scalar zero.
+inline std::vector<torch::Tensor> outputs_and_gradients(const std::vector<torch::Tensor>& out, const torch::Tensor& x,
+                                                        torch::nn::Module& module) {
+  torch::manual_seed(3);
+  torch::Tensor loss = torch::zeros({});
+  for (const auto& o : out) loss = loss + (o.to(torch::kFloat) * torch::randn(o.sizes())).sum();
+  loss.backward();
+  std::vector<torch::Tensor> result = out;
+  result.push_back(x.grad());
+  for (auto& p : module.parameters())
+    if (p.requires_grad()) result.push_back(p.grad().defined() ? p.grad() : torch::zeros({}));
+  return result;
+}
+
 /// A scratch folder removed at the end of the test.
 struct ScratchDir {
   std::filesystem::path path;

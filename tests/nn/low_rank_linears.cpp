@@ -72,15 +72,7 @@ std::vector<torch::Tensor> run_low_rank(LowRankProjections& m, const ftopt::peft
     }
   }
   if (kernel) *kernel = from_low_rank_kernel(out[0]) && from_low_rank_kernel(out[2]);
-  torch::manual_seed(3);
-  torch::Tensor loss = torch::zeros({});
-  for (auto& o : out) loss = loss + (o.to(torch::kFloat) * torch::randn(o.sizes())).sum();
-  loss.backward();
-  std::vector<torch::Tensor> result(out.begin(), out.end());
-  result.push_back(x.grad());
-  for (auto& p : m.parameters())
-    if (p.requires_grad()) result.push_back(p.grad());
-  return result;
+  return ftopt::test::outputs_and_gradients({out.begin(), out.end()}, x, m);
 }
 
 /// Each tensor within a relative L2 error of the formula's.

@@ -35,15 +35,7 @@ std::vector<torch::Tensor> run(Projections& m, const torch::Tensor& input, bool 
     else
       for (std::size_t i = 0; i < 3; ++i) out[i] = m.layers()[i]->forward(x);
   }
-  torch::manual_seed(3);
-  torch::Tensor loss = torch::zeros({});
-  for (auto& o : out) loss = loss + (o.to(torch::kFloat) * torch::randn(o.sizes())).sum();
-  loss.backward();
-  std::vector<torch::Tensor> result(out.begin(), out.end());
-  result.push_back(x.grad());
-  for (auto& p : m.parameters())
-    if (p.requires_grad()) result.push_back(p.grad().defined() ? p.grad() : torch::zeros({}));  // merged: none
-  return result;
+  return ftopt::test::outputs_and_gradients({out.begin(), out.end()}, x, m);
 }
 
 /// Elementwise within tol (fp32: the same sums in another order).
