@@ -135,23 +135,23 @@ TEST_CASE("low_rank_linears is not used where the formula would not hold", "[nn]
     lora.attach(m);
     const auto& branch = *lora.branches()[0].second;
     CHECK_FALSE(branch.low_rank(*m.query).has_value());
-    CHECK_FALSE(ftopt::nn::low_rank_linears_apply(m.layers()));
+    CHECK_FALSE(ftopt::nn::low_rank_group(m.layers()));
     m.eval();  // dropout off: the formula holds again
     CHECK(branch.low_rank(*m.query).has_value());
-    CHECK(ftopt::nn::low_rank_linears_apply(m.layers()));
+    CHECK(ftopt::nn::low_rank_group(m.layers()));
   }
   SECTION("a base weight that trains (its gradient would be needed)") {
     auto lora = with_branches(m);
     m.key->weight.requires_grad_(true);
-    CHECK_FALSE(ftopt::nn::low_rank_linears_apply(m.layers()));
+    CHECK_FALSE(ftopt::nn::low_rank_group(m.layers()));
     const auto out = run_low_rank(m, lora, x, false, false);
     CHECK_FALSE(from_low_rank_kernel(out[0]));
     check_near_formula(out, run_low_rank(m, lora, x, true, false), 1e-5);
   }
   SECTION("merged branches or no branch at all: a plain GEMM suffices") {
-    CHECK_FALSE(ftopt::nn::low_rank_linears_apply(m.layers()));  // nothing attached (and weights train)
+    CHECK_FALSE(ftopt::nn::low_rank_group(m.layers()));  // nothing attached (and weights train)
     auto lora = with_branches(m);
     lora.merge(m);
-    CHECK_FALSE(ftopt::nn::low_rank_linears_apply(m.layers()));
+    CHECK_FALSE(ftopt::nn::low_rank_group(m.layers()));
   }
 }

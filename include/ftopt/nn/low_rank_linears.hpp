@@ -15,7 +15,7 @@
 /// update is the rounding autocast applies to W. Measured: docs/benchmarks.md, "LoRA as one GEMM".
 ///
 ///   std::array<ftopt::nn::LinearImpl*, 1> layer{query.get()};
-///   if (ftopt::nn::low_rank_linears_apply(layer)) y = ftopt::nn::low_rank_linears(layer, ftopt::nn::autocast_input(x));
+///   if (auto group = ftopt::nn::low_rank_group(layer)) y = ftopt::nn::low_rank_linears(*group, ftopt::nn::autocast_input(x));
 ///
 /// Callers (peft::LoraBranch, nn::shared_input_linears) use it only where every layer's weight is
 /// frozen and its extension offers a term (nn::Extension::low_rank) or computes the layer's own
@@ -137,54 +137,54 @@ public:
 
 } // namespace detail
 
-/// The term layer `layer` offers, when it can take part: its weight frozen, and its extension
-/// absent, transparent, or offering a low-rank term. nullopt inside means "the layer's own forward".
-inline std::optional<std::optional<LowRankTerm>> low_rank_part(LinearImpl& layer) {
-  if (layer.weight.requires_grad()) return std::nullopt;
-  const auto& ext = layer.extension();
-  if (!ext || ext->transparent()) return std::optional<LowRankTerm>{};
-  if (auto term = ext->low_rank(layer)) return term;
-  return std::nullopt;
-}
-
-/// Whether `layers` can run as one low-rank GEMM: the switch on, all weights frozen, every
-/// extension absent, transparent or low-rank, at least one term, and biases on all or none.
-inline bool low_rank_linears_apply(std::span<LinearImpl* const> layers) {
-  if (!low_rank_linears_enabled().load(std::memory_order_relaxed)) return false;
-  bool any_term = false;
-  for (auto* layer : layers) {
-    const auto part = low_rank_part(*layer);
-    if (!part || layer->bias.defined() != layers[0]->bias.defined()) return false;
-    any_term = any_term || part->has_value();
-  }
-  return any_term;
-}
-
-/// The layers' outputs side by side ([*, sum out_i]) for an input already in the compute dtype
-/// (autocast_input), where low_rank_linears_apply(layers) holds.
-inline at::Tensor low_rank_linears(std::span<LinearImpl* const> layers, const at::Tensor& input) {
+/// What one low-rank GEMM over several layers needs: their weights and biases, and the terms with
+/// the layer each belongs to.
+struct LowRankGroup {
   std::vector<at::Tensor> weights, biases, as, bs;
   std::vector<double> scalings;
   std::vector<std::int64_t> term_layer;
+};
+
+/// The group `layers` form, where they can run as one low-rank GEMM: the switch on, every weight
+/// frozen, every extension absent, transparent (the layer's own forward) or offering a term, at
+/// least one term, and biases on all or none. nullopt otherwise.
+inline std::optional<LowRankGroup> low_rank_group(std::span<LinearImpl* const> layers) {
+  if (!low_rank_linears_enabled().load(std::memory_order_relaxed)) return std::nullopt;
+  LowRankGroup group;
   for (std::size_t i = 0; i < layers.size(); ++i) {
-    weights.push_back(layers[i]->weight);
-    if (layers[i]->bias.defined()) biases.push_back(layers[i]->bias);
-    if (auto term = *low_rank_part(*layers[i])) {
-      as.push_back(term->a);
-      bs.push_back(term->b);
-      scalings.push_back(term->scaling);
-      term_layer.push_back(static_cast<std::int64_t>(i));
+    LinearImpl& layer = *layers[i];
+    if (layer.weight.requires_grad() || layer.bias.defined() != layers[0]->bias.defined()) return std::nullopt;
+    const auto& ext = layer.extension();
+    if (ext && !ext->transparent()) {
+      const auto term = ext->low_rank(layer);
+      if (!term) return std::nullopt;
+      group.as.push_back(term->a);
+      group.bs.push_back(term->b);
+      group.scalings.push_back(term->scaling);
+      group.term_layer.push_back(static_cast<std::int64_t>(i));
     }
+    group.weights.push_back(layer.weight);
+    if (layer.bias.defined()) group.biases.push_back(layer.bias);
   }
+  if (group.term_layer.empty()) return std::nullopt;
+  return group;
+}
+
+/// The group's outputs side by side ([*, sum out_i]) for an input already in the compute dtype
+/// (autocast_input).
+inline at::Tensor low_rank_linears(const LowRankGroup& group, const at::Tensor& input) {
+  const auto& biases = group.biases;
   const at::Tensor bias = biases.empty() ? at::Tensor() : biases.size() == 1 ? biases[0] : at::cat(biases);
   if (!at::GradMode::is_enabled()) {  // inference: the merged GEMM alone, no rank-r product to keep
     auto guard = detail::no_autocast();
-    return at::linear(input, detail::merged_weights(weights, as, bs, scalings, term_layer, input.scalar_type()),
-                      bias.defined() ? bias.to(input.scalar_type()) : bias);
+    const auto dtype = input.scalar_type();
+    return at::linear(input,
+                      detail::merged_weights(group.weights, group.as, group.bs, group.scalings, group.term_layer, dtype),
+                      bias.defined() ? bias.to(dtype) : bias);
   }
   // As TensorLists, so that autograd counts each tensor as an input of its own.
-  return detail::LowRankLinearsFunction::apply(input, bias, at::TensorList(weights), at::TensorList(as),
-                                               at::TensorList(bs), scalings, term_layer)[0];
+  return detail::LowRankLinearsFunction::apply(input, bias, at::TensorList(group.weights), at::TensorList(group.as),
+                                               at::TensorList(group.bs), group.scalings, group.term_layer)[0];
 }
 
 } // namespace ftopt::nn

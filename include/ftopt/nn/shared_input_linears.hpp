@@ -57,8 +57,8 @@ std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>&
   const at::Tensor input = autocast_input(x);
   std::vector<std::int64_t> widths;
   for (auto* layer : layers) widths.push_back(layer->options.out_features());
-  if (low_rank_linears_apply(layers)) {
-    const auto parts = low_rank_linears(layers, input).split_with_sizes(widths, -1);
+  if (auto group = low_rank_group(layers)) {
+    const auto parts = low_rank_linears(*group, input).split_with_sizes(widths, -1);
     std::copy(parts.begin(), parts.end(), out.begin());
     return out;
   }

@@ -54,7 +54,7 @@ public:
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
     if (merged_) return layer.base_forward(x);
     const std::array<nn::LinearImpl*, 1> alone{&layer};
-    if (nn::low_rank_linears_apply(alone)) return nn::low_rank_linears(alone, nn::autocast_input(x));
+    if (auto group = nn::low_rank_group(alone)) return nn::low_rank_linears(*group, nn::autocast_input(x));
     return layer.base_forward(x) + added(layer, x);
   }
 
