@@ -174,17 +174,23 @@ struct Row {
 };
 
 /// The test set evaluated with the model's weights in bf16 (the fastest inference path where
-/// the CPU computes bf16), the weights then put back as they were.
+/// the CPU computes bf16), the parameters and buffers (BatchNorm's running statistics) then put
+/// back as they were, not as bf16 rounded them.
 template <class M>
 ftopt::EvalStats evaluate_bf16_weights(M& model, ftopt::data::TensorBatches& batches) {
+  const auto tensors = [&] {
+    auto all = model->parameters();
+    for (const auto& b : model->buffers()) all.push_back(b);
+    return all;
+  };
   std::vector<torch::Tensor> kept;
-  for (const auto& t : model->parameters()) kept.push_back(t.detach().clone());
+  for (const auto& t : tensors()) kept.push_back(t.detach().clone());
   model->to(torch::kBFloat16);
   auto stats = ftopt::Trainer<ftopt::precision::Bf16True>({.report_hardware = false}).evaluate(model, batches);
   model->to(torch::kFloat);
   torch::NoGradGuard no_grad;
-  auto params = model->parameters();
-  for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(kept[i]);
+  auto now = tensors();
+  for (std::size_t i = 0; i < now.size(); ++i) now[i].copy_(kept[i]);
   return stats;
 }
 
