@@ -59,7 +59,8 @@ int main(int argc, char** argv) try {
   }
   const auto images = [](const torch::Tensor& t) { return t.to(torch::kFloat).div_(255.0).sub_(0.286).div_(0.353); };
 
-  ftopt::TrainerOptions options{.epochs = args.epochs, .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 50}};
+  ftopt::TrainerOptions options{.epochs = args.epochs, .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 50},
+                                .threads = ftopt::hardware::all_cpus};
   if (!args.checkpoint.empty()) options.checkpoint = ftopt::CheckpointOptions{.path = args.checkpoint};
   ftopt::Trainer<ftopt::precision::Fp32, ftopt::peft::Full, ftopt::memory::None, ftopt::parallel::Ddp> trainer(options);
   const int rank = trainer.parallel().rank(), world = trainer.parallel().world_size();

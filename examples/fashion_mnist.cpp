@@ -101,7 +101,8 @@ int main(int argc, char** argv) try {
   ftopt::data::TensorBatches test(x_test, test_set.labels, {.batch_size = 1000, .shuffle = false});
   ftopt::TrainerOptions options{.epochs = args.epochs,
                                 .clip_grad_norm = 1.0,
-                                .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 100}};
+                                .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 100},
+                                .threads = ftopt::hardware::all_cpus};
 
   std::vector<Row> rows;
   {

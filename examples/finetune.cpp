@@ -475,7 +475,8 @@ int run(const Args& args, M (*make_model)(const Args&, std::int64_t), ftopt::nn:
   auto pixels = train_all.images.to(torch::kFloat).div_(255.0);
   const double mean = pixels.mean().item<double>(), std = pixels.std().item<double>();
   ftopt::TrainerOptions options{.epochs = args.epochs, .clip_grad_norm = 1.0,
-                                .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = args.warmup_steps}};
+                                .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = args.warmup_steps},
+                                .threads = ftopt::hardware::all_cpus};
   if (args.label_smoothing > 0)
     options.loss = [smoothing = args.label_smoothing](const torch::Tensor& output, const torch::Tensor& target) {
       return torch::nn::functional::cross_entropy(

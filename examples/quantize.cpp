@@ -74,7 +74,8 @@ int main(int argc, char** argv) try {
   ftopt::data::TensorBatches train(images(train_set.images), train_set.labels, {.batch_size = 128, .seed = 1});
   ftopt::data::TensorBatches test(images(test_set.images), test_set.labels, {.batch_size = 500, .shuffle = false});
   ftopt::TrainerOptions options{.epochs = args.epochs, .clip_grad_norm = 1.0,
-                                .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 50}};
+                                .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 50},
+                                .threads = ftopt::hardware::all_cpus};
 
   std::cerr << "\n== float training, ViT on classes 5-9\n";
   torch::manual_seed(0);

@@ -77,6 +77,57 @@ TEST_CASE("An epoch that ends inside an accumulation window still steps", "[trai
   CHECK(summary.epochs[1].optimizer_steps == 3);
 }
 
+TEST_CASE("train_step says whether the optimizer stepped", "[trainer][memory]") {
+  // Accumulating 2: the first micro-batch of a window does not step, the second does, and a
+  // micro-batch that ends the epoch steps whatever the window.
+  auto model = test::small_mlp();
+  Trainer<precision::Fp32, peft::Full, memory::None> trainer(quiet(), {}, {}, memory::None{.accumulate = 2});
+  torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
+  const auto batch = test::random_batches(1, 4).front();
+  CHECK_FALSE(trainer.train_step(model, optimizer, batch).stepped);
+  CHECK(trainer.train_step(model, optimizer, batch).stepped);
+  CHECK(trainer.train_step(model, optimizer, batch, /*ends_epoch=*/true).stepped);
+}
+
+TEST_CASE("fit sets the thread count only when TrainerOptions::threads asks", "[trainer][hardware]") {
+  const int before = at::get_num_threads();
+  auto train = [](TrainerOptions options) {
+    auto model = test::small_mlp();
+    Trainer<> trainer(quiet(options));
+    torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
+    trainer.fit(model, optimizer, test::random_batches(1, 4));
+  };
+  at::set_num_threads(1);
+  train({});
+  CHECK(at::get_num_threads() == 1);  // the program's choice stands
+  train({.threads = 2});
+  CHECK(at::get_num_threads() == 2);
+  CHECK_THAT(message_of([] { Trainer<>(quiet({.threads = -1})); }),
+             Contains("TrainerOptions: threads must be >= 0 (hardware::all_cpus = 0), got -1"));
+  at::set_num_threads(before);
+}
+
+TEST_CASE("The hardware report prints once per process, whatever the Trainer type", "[trainer][hardware]") {
+  // Two Trainer types used to print it once each: the flag was a static of the class template.
+  std::ostringstream log;
+  auto options = quiet();
+  options.report_hardware = true;
+  options.log = &log;
+  auto train = [&]<class T>(T trainer) {
+    auto model = test::small_mlp();
+    torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
+    trainer.fit(model, optimizer, test::random_batches(1, 4));
+  };
+  hardware::detail::reported = false;  // as at the start of a process
+  train(Trainer<>(options));
+  train(Trainer<precision::Bf16Mixed>(options));
+  train(Trainer<>(options));
+  const std::string text = log.str();
+  const std::string line = std::string("ftopt: LibTorch ") + TORCH_VERSION;
+  CHECK(text.find(line) == 0);
+  CHECK(text.find(line, 1) == std::string::npos);
+}
+
 TEST_CASE("Gradient clipping matches torch.nn.utils.clip_grad_norm_", "[trainer][clip]") {
   // PyTorch: total = ||(||g_i||)||, coef = min(1, max_norm / (total + 1e-6)), g_i *= coef.
   // LibTorch's own clip_grad_norm_ implements the same formula; compare against it.
@@ -121,8 +172,12 @@ TEST_CASE("The warmup-cosine schedule sets each step's learning rate", "[trainer
   } recorder;
   trainer.fit(model, optimizer, batches, recorder);
   REQUIRE(recorder.lrs.size() == 12);
-  schedule.total_steps = 12;  // derived: 2 epochs x 6 batches
-  for (std::int64_t k = 0; k < 12; ++k) CHECK(recorder.lrs[k] == Approx(0.3 * schedule.factor(k)));
+  // Hugging Face's cosine with warmup 2 over the 12 steps the Trainer derives (2 epochs x 6
+  // batches): k / 2 while warming up, then 0.5 (1 + cos(pi (k - 2) / 10)).
+  for (std::int64_t k = 0; k < 12; ++k) {
+    const double expected = k < 2 ? k / 2.0 : 0.5 * (1 + std::cos(M_PI * static_cast<double>(k - 2) / 10.0));
+    CHECK(recorder.lrs[k] == Approx(0.3 * expected));
+  }
   CHECK(recorder.lrs[0] == 0.0);   // HF: the first warmup step has lr 0
   CHECK(recorder.lrs[2] == Approx(0.3));
 }
@@ -293,6 +348,7 @@ TEST_CASE("evaluate computes mean loss and accuracy without touching the weights
 
 TEST_CASE("fit reports the hardware once, on its log", "[trainer]") {
   std::ostringstream log;
+  hardware::detail::reported = false;  // as at the start of a process
   auto model = test::small_mlp();
   Trainer<> trainer({.device = torch::kCPU, .log = &log});
   torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));

@@ -10,8 +10,10 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -137,11 +139,12 @@ inline bool has_native_bf16(c10::Device device) {
   return device.is_cpu() && detail::cpu_supports_bf16();
 }
 
-/// Sets the intra-op thread count and reports the machine. LibTorch's own default here is 1
-/// thread on a 2-CPU machine; training wants them all.
-inline Report configure(const Options& options = {}) {
-  int threads = detail::threads_from(options);
-  if (at::get_num_threads() != threads) at::set_num_threads(threads);
+/// `Options::threads` value that takes OMP_NUM_THREADS when set, else every CPU this process may
+/// use: `TrainerOptions{.threads = ftopt::hardware::all_cpus}`.
+inline constexpr int all_cpus = 0;
+
+/// The machine as LibTorch now runs on it; changes nothing.
+inline Report report() {
   Report report;
   report.libtorch = TORCH_VERSION;
   report.blas = detail::loaded_blas();
@@ -152,6 +155,29 @@ inline Report configure(const Options& options = {}) {
                       ? "cuda (" + std::to_string(torch::cuda::device_count()) + " devices)"
                       : "cpu";
   return report;
+}
+
+/// Sets the intra-op thread count and reports the machine. LibTorch's own default here is 1
+/// thread on a 2-CPU machine; training wants them all. The Trainer calls it only when
+/// TrainerOptions::threads is set: a thread count the user chose stays as chosen.
+inline Report configure(const Options& options = {}) {
+  int threads = detail::threads_from(options);
+  if (at::get_num_threads() != threads) at::set_num_threads(threads);
+  return report();
+}
+
+namespace detail {
+/// Whether report_once has written in this process (one flag for the whole program: an inline
+/// variable, not a static of a class template, which would be one per Trainer type).
+inline std::atomic<bool> reported{false};
+} // namespace detail
+
+/// Writes "ftopt: <report>" to `log` the first time it is called in the process, and returns
+/// true then; later calls write nothing and return false.
+inline bool report_once(std::ostream& log) {
+  if (detail::reported.exchange(true)) return false;
+  log << "ftopt: " << report().summary() << '\n';
+  return true;
 }
 
 } // namespace ftopt::hardware

@@ -17,12 +17,9 @@
 ///   on the last micro-batch of a window: precision.unscale; clip; lr schedule;
 ///   precision.step; precision.update; gradients set to none.
 
-#include <atomic>
-#include <chrono>
-#include <filesystem>
-#include <mutex>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <ranges>
 #include <tuple>
@@ -33,21 +30,17 @@
 #include <torch/cuda.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 #include <torch/utils.h>
 
 #include <ftopt/batch.hpp>
 #include <ftopt/callbacks/callback.hpp>
 #include <ftopt/detail/clip_grad_norm.hpp>
 #include <ftopt/detail/clock.hpp>
-#include <ftopt/detail/meter.hpp>
 #include <ftopt/detail/phase.hpp>
 #include <ftopt/detail/slot_checks.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/hardware.hpp>
 #include <ftopt/memory/none.hpp>
-#include <ftopt/memory/peak.hpp>
 #include <ftopt/model.hpp>
 #include <ftopt/parallel/single.hpp>
 #include <ftopt/peft/full.hpp>
@@ -55,23 +48,19 @@
 #include <ftopt/quant/none.hpp>
 #include <ftopt/rules.hpp>
 #include <ftopt/state.hpp>
+#include <ftopt/trainer/checkpoint.hpp>
+#include <ftopt/trainer/learning_rate.hpp>
+#include <ftopt/trainer/metrics.hpp>
 #include <ftopt/trainer_options.hpp>
-#include <ftopt/detail/atomic_file.hpp>
-#include <ftopt/detail/checkpoint_state.hpp>
-#include <ftopt/weights/state_dict.hpp>
 
 namespace ftopt {
-
-/// How far training has come: what a checkpoint restores.
-struct Progress {
-  std::int64_t epochs = 0;           ///< epochs completed
-  std::int64_t optimizer_steps = 0;  ///< optimizer steps taken
-};
 
 /// What train_step did.
 struct StepResult {
   torch::Tensor loss;     ///< this micro-batch's loss, detached, before division by accumulation
-  bool stepped = false;   ///< the optimizer stepped after this micro-batch
+  /// The optimizer stepped after this micro-batch: false inside an accumulation window, and
+  /// false when the precision policy skipped the step (a loss scaler on inf/NaN gradients).
+  bool stepped = false;
 };
 
 template <class Precision = precision::Fp32, class Peft = peft::Full,
@@ -136,25 +125,25 @@ public:
     static_assert(detail::check_model<M>() && detail::check_batches<R>());
     require_prepared(model, optimizer);
     auto hooks = std::forward_as_tuple(callbacks...);
-    begin_fit(optimizer, steps_per_epoch(batches));
+    const Progress start = std::exchange(resume_.progress, Progress{});
+    begin_fit(optimizer, steps_per_epoch(batches), start);
     FitSummary summary;
     const auto fit_start = Clock::now();
-    const Progress start = std::exchange(resume_, Progress{});
-    run_.fit.optimizer_steps = start.optimizer_steps;
-    detail::call_hooks(hooks, detail::on_fit_begin, run_.fit);
+    auto& state = metrics_.fit;
+    detail::call_hooks(hooks, detail::on_fit_begin, state);
     for (std::int64_t epoch = start.epochs; epoch < options_.epochs; ++epoch) {
-      begin_epoch(epoch);
+      metrics_.begin_epoch(epoch, device_);
       detail::module_of(model).train();
       if constexpr (requires { batches.set_epoch(std::uint64_t{}); })
         batches.set_epoch(static_cast<std::uint64_t>(epoch));
-      detail::call_hooks(hooks, detail::on_epoch_begin, run_.fit);
+      detail::call_hooks(hooks, detail::on_epoch_begin, state);
       bool stop = run_epoch(model, optimizer, batches, hooks);
-      summary.epochs.push_back(end_epoch(optimizer));
-      progress_ = {epoch + 1, run_.fit.optimizer_steps};
+      summary.epochs.push_back(metrics_.end_epoch(reduce_sum(), lr_.first_lr(optimizer), device_));
+      progress_ = {epoch + 1, state.optimizer_steps};
       if (options_.checkpoint && parallel_.rank() == 0 &&
           ((epoch + 1) % options_.checkpoint->every_epochs == 0 || epoch + 1 == options_.epochs))
         save_checkpoint(options_.checkpoint->path, model, optimizer);
-      stop |= detail::call_hooks(hooks, detail::on_epoch_end, run_.fit, summary.epochs.back());
+      stop |= detail::call_hooks(hooks, detail::on_epoch_end, state, summary.epochs.back());
       if (stop) {
         summary.stopped_early = true;
         break;
@@ -203,13 +192,13 @@ public:
 
     ++micro_;
     phase.next("ftopt::optimizer_step");
-    if (sync) optimizer_step(optimizer);
-    record(loss, output, target);
+    const bool stepped = sync && optimizer_step(optimizer);
+    metrics_.record(loss, output, target, device_);
     auto t3 = Clock::now();
-    run_.phases.forward += detail::seconds_between(t0, t1);
-    run_.phases.backward += detail::seconds_between(t1, t2);
-    run_.phases.optimizer += detail::seconds_between(t2, t3);
-    return {run_.fit.loss, sync};
+    metrics_.phases.forward += detail::seconds_between(t0, t1);
+    metrics_.phases.backward += detail::seconds_between(t1, t2);
+    metrics_.phases.optimizer += detail::seconds_between(t2, t3);
+    return {metrics_.fit.loss, stepped};
   }
 
   /// Mean loss and accuracy of the model over `batches`, without gradients, in eval mode.
@@ -233,7 +222,7 @@ public:
       meter.add(options_.loss(precision_.loss_input(output), target), output, target);
     }
     module.train(was_training);
-    auto totals = meter.reduced([&](const torch::Tensor& t) { return parallel_.reduce_sum(t); });
+    auto totals = meter.reduced(reduce_sum());
     return {totals.samples, totals.mean_loss(), totals.accuracy(), detail::seconds_since(start)};
   }
 
@@ -246,79 +235,23 @@ public:
   }
 
   /// Writes model, optimizer, progress, the policies' own state and the RNG states to `path`,
-  /// atomically (a temporary file renamed into place): an interrupted save leaves the last
-  /// good checkpoint whole.
+  /// atomically (trainer/checkpoint.hpp): an interrupted save leaves the last good one whole.
   template <class M>
   void save_checkpoint(const std::filesystem::path& path, M& model, torch::optim::Optimizer& optimizer) const {
     static_assert(detail::check_model<M>());
-    torch::serialize::OutputArchive archive;
-    for (const auto& item : weights::state_dict(detail::module_of(model)))
-      archive.write("model." + item.key(), item.value(), /*is_buffer=*/true);
-    torch::serialize::OutputArchive optimizer_archive;
-    optimizer.save(optimizer_archive);
-    archive.write("optimizer", optimizer_archive);
-    archive.write("progress.epochs", torch::tensor(progress_.epochs));
-    archive.write("progress.optimizer_steps", torch::tensor(progress_.optimizer_steps));
-    // The schedule scales the optimizer's lr in place, so the lrs it scales from are kept too.
-    archive.write("progress.base_lrs", torch::tensor(run_.base_lrs, torch::kDouble));
-    for (const auto& [name, state] : detail::rng_states()) archive.write("rng." + name, state);
-    detail::for_each_policy_state(std::tie(precision_, peft_, memory_, parallel_, quant_),
-                                  [&](auto& policy, const std::string& axis) {
-                                    torch::serialize::OutputArchive own;
-                                    policy.save_state(own);
-                                    archive.write("policy." + axis, own);
-                                  });
-    ftopt::detail::write_atomically(path, "Trainer::save_checkpoint",
-                                    [&](std::ostream& out) { archive.save_to(out); });
+    TrainingState state{.progress = progress_, .base_lrs = lr_.base_lrs()};
+    trainer::write_checkpoint(path, detail::module_of(model), optimizer, state, policies());
   }
 
-  /// Restores what save_checkpoint wrote: model (strictly, by name), optimizer, RNG states and
-  /// policy state; the next fit continues after the checkpoint's epoch, with the same
-  /// learning-rate schedule and data order as a run that was never interrupted.
+  /// Restores what save_checkpoint wrote; the next fit continues after the checkpoint's epoch,
+  /// with the same learning-rate schedule and data order as a run that was never interrupted.
+  /// Returns the checkpoint's record (its format and writer, the progress).
   template <class M>
-  void load_checkpoint(const std::filesystem::path& path, M& model, torch::optim::Optimizer& optimizer) {
+  TrainingState load_checkpoint(const std::filesystem::path& path, M& model, torch::optim::Optimizer& optimizer) {
     static_assert(detail::check_model<M>());
-    const std::string where = "Trainer::load_checkpoint: " + path.string();
-    detail::check(std::filesystem::is_regular_file(path), where, ": no such file");
-    torch::serialize::InputArchive archive;
-    try {
-      archive.load_from(path.string());
-    } catch (const c10::Error& e) {
-      detail::fail(where, ": not a checkpoint (", e.what_without_backtrace(), ")");
-    }
-    torch::nn::Module& module = detail::module_of(model);
-    weights::StateDict state;
-    for (const auto& item : weights::state_dict(module)) {
-      torch::Tensor t;
-      if (archive.try_read("model." + item.key(), t, /*is_buffer=*/true)) state.insert(item.key(), t);
-    }
-    weights::load_state_dict(module, state, {}, where);
-    torch::serialize::InputArchive optimizer_archive;
-    detail::check(archive.try_read("optimizer", optimizer_archive), where, ": has no optimizer state");
-    optimizer.load(optimizer_archive);
-    torch::Tensor epochs, steps;
-    detail::check(archive.try_read("progress.epochs", epochs) && archive.try_read("progress.optimizer_steps", steps),
-                  where, ": has no progress record");
-    for (auto& [name, generator] : detail::rng_generators()) {
-      torch::Tensor state_tensor;
-      if (archive.try_read("rng." + name, state_tensor)) {
-        std::lock_guard<std::mutex> lock(generator.mutex());
-        generator.set_state(state_tensor);
-      }
-    }
-    detail::for_each_policy_state(std::tie(precision_, peft_, memory_, parallel_, quant_),
-                                  [&](auto& policy, const std::string& axis) {
-                                    torch::serialize::InputArchive own;
-                                    detail::check(archive.try_read("policy." + axis, own), where,
-                                                  ": has no state for the ", axis, " policy");
-                                    policy.load_state(own);
-                                  });
-    torch::Tensor base_lrs;
-    if (archive.try_read("progress.base_lrs", base_lrs) && base_lrs.numel() > 0) {
-      auto values = base_lrs.contiguous();
-      resume_base_lrs_.assign(values.data_ptr<double>(), values.data_ptr<double>() + values.numel());
-    }
-    resume_ = progress_ = {epochs.item<std::int64_t>(), steps.item<std::int64_t>()};
+    resume_ = trainer::read_checkpoint(path, detail::module_of(model), optimizer, policies());
+    progress_ = resume_.progress;
+    return resume_;
   }
 
   /// Epochs and optimizer steps done by the last fit (or restored by load_checkpoint).
@@ -334,20 +267,14 @@ public:
   Quant& quant() { return quant_; }
 
 private:
-  /// Per-fit and per-epoch state.
-  struct RunState {
-    FitState fit;
-    PhaseTimes phases;
-    std::optional<detail::Meter> meter;
-    std::vector<double> base_lrs;
-    std::optional<schedule::WarmupCosine> schedule;  ///< with total_steps filled in
-    std::int64_t epoch_optimizer_steps = 0;
-    std::int64_t epoch_skipped_steps = 0;
-    Clock::time_point epoch_start;
-  };
-
   static torch::Device default_device() {
     return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  }
+
+  auto policies() { return std::tie(precision_, peft_, memory_, parallel_, quant_); }
+  auto policies() const { return std::tie(precision_, peft_, memory_, parallel_, quant_); }
+  auto reduce_sum() {
+    return [this](const torch::Tensor& t) { return parallel_.reduce_sum(t); };
   }
 
   /// The input as the precision policy wants it (Bf16True casts it to bf16).
@@ -387,47 +314,17 @@ private:
       return std::nullopt;
   }
 
-  void begin_fit(torch::optim::Optimizer& optimizer, std::optional<std::int64_t> steps) {
-    auto report = hardware::configure(options_.hardware);
-    static std::atomic<bool> reported{false};  // once per process, not per Trainer
-    if (options_.report_hardware && parallel_.rank() == 0 && !reported.exchange(true))
-      *options_.log << "ftopt: " << report.summary() << '\n';
-    run_ = RunState{};
-    run_.fit.epochs = options_.epochs;
-    run_.fit.steps_per_epoch = steps;
-    run_.fit.rank = parallel_.rank();
-    run_.fit.world_size = parallel_.world_size();
-    if (!resume_base_lrs_.empty()) run_.base_lrs = std::exchange(resume_base_lrs_, {});
-    else
-      for (auto& group : optimizer.param_groups()) run_.base_lrs.push_back(group.options().get_lr());
-    run_.fit.lr = run_.base_lrs.empty() ? 0.0 : run_.base_lrs.front();
-    run_.schedule = options_.schedule;
-    if (run_.schedule && run_.schedule->total_steps == 0) {
-      detail::check(steps.has_value(),
-                    "TrainerOptions::schedule: total_steps is 0 and the batch range has no "
-                    "size to derive it from; set schedule->total_steps");
-      const std::int64_t accumulation = memory_.accumulation();
-      run_.schedule->total_steps = options_.epochs * ((*steps + accumulation - 1) / accumulation);
-    }
+  /// The threads (only when asked), the hardware report (once per process), fresh metrics and
+  /// the schedule's base lrs.
+  void begin_fit(torch::optim::Optimizer& optimizer, std::optional<std::int64_t> steps, Progress start) {
+    if (options_.threads) hardware::configure({.threads = *options_.threads});
+    if (options_.report_hardware && parallel_.rank() == 0) hardware::report_once(*options_.log);
+    lr_.begin_fit(options_.schedule, optimizer, options_.epochs, steps, memory_.accumulation(),
+                  std::exchange(resume_.base_lrs, {}));
+    metrics_.begin_fit(options_.epochs, steps, parallel_.rank(), parallel_.world_size(), start.optimizer_steps,
+                       lr_.first_base_lr());
     micro_ = 0;
     zero_grad();
-  }
-
-  void begin_epoch(std::int64_t epoch) {
-    auto& s = run_.fit;
-    s.epoch = epoch;
-    s.step = 0;
-    s.samples = 0;
-    s.classified = 0;
-    s.epoch_seconds = 0;
-    run_.meter.emplace(device_);
-    s.loss_sum = run_.meter->loss_sum;
-    s.correct = run_.meter->correct;
-    run_.phases = {};
-    run_.epoch_optimizer_steps = 0;
-    run_.epoch_skipped_steps = 0;
-    memory::PeakMemory::reset(device_);
-    run_.epoch_start = Clock::now();
   }
 
   template <Model M, class R, class Hooks>
@@ -435,7 +332,7 @@ private:
     auto wait_start = Clock::now();
     auto it = std::ranges::begin(batches);
     const auto end = std::ranges::end(batches);
-    detail::check(it != end, "Trainer::fit: the batch range is empty in epoch ", run_.fit.epoch);
+    detail::check(it != end, "Trainer::fit: the batch range is empty in epoch ", metrics_.fit.epoch);
     while (it != end) {
       std::optional<detail::Phase> waiting(std::in_place, "ftopt::data");
       decltype(auto) batch = *it;
@@ -443,14 +340,10 @@ private:
       ++it;
       const bool last = it == end;
       waiting.reset();
-      run_.phases.data += detail::seconds_since(wait_start);
+      metrics_.phases.data += detail::seconds_since(wait_start);
       train_step(model, optimizer, std::pair{input, target}, last);
-      auto& s = run_.fit;
-      ++s.step;
-      s.samples = run_.meter->samples;
-      s.classified = run_.meter->classified;
-      s.epoch_seconds = detail::seconds_since(run_.epoch_start);
-      if (detail::call_hooks(hooks, detail::on_step_end, s)) {
+      metrics_.end_micro_batch();
+      if (detail::call_hooks(hooks, detail::on_step_end, metrics_.fit)) {
         if (micro_ > 0) zero_grad();  // a window cut short: its gradients are dropped
         micro_ = 0;
         return true;
@@ -460,56 +353,27 @@ private:
     return false;
   }
 
-  EpochStats end_epoch(torch::optim::Optimizer& optimizer) {
-    const auto& s = run_.fit;
-    auto totals = run_.meter->reduced([&](const torch::Tensor& t) { return parallel_.reduce_sum(t); });
-    EpochStats stats;
-    stats.epoch = s.epoch;
-    stats.steps = s.step;
-    stats.optimizer_steps = run_.epoch_optimizer_steps;
-    stats.skipped_steps = run_.epoch_skipped_steps;
-    stats.samples = totals.samples;
-    stats.loss = totals.mean_loss();
-    stats.accuracy = totals.accuracy();
-    stats.seconds = detail::seconds_since(run_.epoch_start);
-    stats.samples_per_second = stats.seconds > 0 ? totals.samples / stats.seconds : 0.0;
-    stats.lr = optimizer.param_groups().empty() ? 0.0 : optimizer.param_groups().front().options().get_lr();
-    stats.phases = run_.phases;
-    stats.peak_memory = memory::PeakMemory::peak(device_);
-    return stats;
-  }
-
   void check_finite(const torch::Tensor& loss) {
     const double value = loss.item<double>();
     if (std::isfinite(value)) [[likely]] return;
     zero_grad();
     micro_ = 0;
-    detail::fail("Trainer: the loss is ", value, " at epoch ", run_.fit.epoch, ", step ",
-                 run_.fit.step, " (0-based); no backward or optimizer step was run for it, so "
-                 "the weights are those after optimizer step ", run_.fit.optimizer_steps);
+    detail::fail("Trainer: the loss is ", value, " at epoch ", metrics_.fit.epoch, ", step ",
+                 metrics_.fit.step, " (0-based); no backward or optimizer step was run for it, so "
+                 "the weights are those after optimizer step ", metrics_.fit.optimizer_steps);
   }
 
-  void optimizer_step(torch::optim::Optimizer& optimizer) {
+  /// Unscale, clip, schedule, step, update; returns whether the precision policy took the step.
+  bool optimizer_step(torch::optim::Optimizer& optimizer) {
     precision_.unscale(optimizer);
     if (options_.clip_grad_norm > 0) detail::clip_grad_norm(trainable_, options_.clip_grad_norm);
-    if (run_.schedule) apply_schedule(optimizer);
-    if (precision_.step(optimizer)) {
-      ++run_.fit.optimizer_steps;
-      ++run_.epoch_optimizer_steps;
-    } else {
-      ++run_.epoch_skipped_steps;
-    }
+    if (options_.schedule) metrics_.fit.lr = lr_.apply(optimizer, metrics_.fit.optimizer_steps);
+    const bool taken = precision_.step(optimizer);
+    metrics_.count_optimizer_step(taken);
     precision_.update();
     zero_grad();
     micro_ = 0;
-  }
-
-  void apply_schedule(torch::optim::Optimizer& optimizer) {
-    const double factor = run_.schedule->factor(run_.fit.optimizer_steps);
-    auto& groups = optimizer.param_groups();
-    for (std::size_t i = 0; i < groups.size() && i < run_.base_lrs.size(); ++i)
-      groups[i].options().set_lr(run_.base_lrs[i] * factor);
-    if (!run_.base_lrs.empty()) run_.fit.lr = run_.base_lrs.front() * factor;
+    return taken;
   }
 
   /// Gradients set to none (PyTorch 2.x's zero_grad default): the next backward writes them
@@ -527,12 +391,6 @@ private:
     for (auto& p : trainable_) p.mutable_grad().reset();
   }
 
-  void record(const torch::Tensor& loss, const torch::Tensor& output, const torch::Tensor& target) {
-    run_.fit.loss = loss.detach();
-    if (!run_.meter) run_.meter.emplace(device_);  // train_step called outside fit
-    run_.meter->add(loss, output, target);
-  }
-
   TrainerOptions options_;
   Precision precision_;
   Peft peft_;
@@ -543,10 +401,10 @@ private:
   const torch::nn::Module* prepared_ = nullptr;
   std::vector<torch::Tensor> trainable_;
   std::int64_t micro_ = 0;  ///< micro-batches in the open accumulation window
-  RunState run_;
-  Progress progress_;  ///< after the last epoch of the last fit
-  Progress resume_;    ///< where the next fit starts (set by load_checkpoint)
-  std::vector<double> resume_base_lrs_;  ///< the schedule's base lrs, from load_checkpoint
+  trainer::Metrics metrics_;
+  trainer::LearningRate lr_;
+  Progress progress_;      ///< after the last epoch of the last fit
+  TrainingState resume_;   ///< where the next fit starts (set by load_checkpoint)
 };
 
 } // namespace ftopt

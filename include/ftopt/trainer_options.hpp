@@ -2,7 +2,8 @@
 /// TrainerOptions: the run-time settings of a Trainer that belong to no policy axis.
 ///
 ///   ftopt::TrainerOptions options{.epochs = 3, .clip_grad_norm = 1.0,
-///                                 .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 50}};
+///                                 .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 50},
+///                                 .threads = ftopt::hardware::all_cpus};
 
 #include <cstdint>
 #include <filesystem>
@@ -15,6 +16,7 @@
 
 #include <ftopt/error.hpp>
 #include <ftopt/hardware.hpp>
+#include <ftopt/schedule/concept.hpp>
 #include <ftopt/schedule/warmup_cosine.hpp>
 
 namespace ftopt {
@@ -42,12 +44,16 @@ struct TrainerOptions {
   std::int64_t epochs = 1;
   /// Clip the global L2 norm of the trainable gradients to this value; 0 turns clipping off.
   double clip_grad_norm = 0.0;
-  std::optional<schedule::WarmupCosine> schedule;
+  /// The learning-rate schedule: any schedule::Hook (schedule/concept.hpp); empty: none.
+  schedule::Schedule schedule;
   /// Where the model and batches go; unset: CUDA when available, else the CPU.
   std::optional<torch::Device> device;
   LossFunction loss = cross_entropy;
   NonFiniteLoss on_non_finite_loss = NonFiniteLoss::Error;
-  hardware::Options hardware;
+  /// Intra-op threads that fit sets (at::set_num_threads) before training: a count, or
+  /// hardware::all_cpus for OMP_NUM_THREADS or every CPU this process may use. Unset: fit leaves
+  /// the thread count as it is (LibTorch's default, or what the program set).
+  std::optional<int> threads;
   /// Print the one-line hardware report at the start of fit (rank 0 only).
   bool report_hardware = true;
   std::ostream* log = &std::cerr;
@@ -60,7 +66,9 @@ struct TrainerOptions {
                   "TrainerOptions: clip_grad_norm must be >= 0 (0 = off), got ", clip_grad_norm);
     detail::check(static_cast<bool>(loss), "TrainerOptions: loss is empty");
     detail::check(log != nullptr, "TrainerOptions: log is null");
-    if (schedule) schedule->validate();
+    schedule.validate();
+    if (threads)
+      detail::check(*threads >= 0, "TrainerOptions: threads must be >= 0 (hardware::all_cpus = 0), got ", *threads);
     if (checkpoint) {
       detail::check(!checkpoint->path.empty(), "TrainerOptions: checkpoint.path is empty");
       detail::check(checkpoint->every_epochs >= 1, "TrainerOptions: checkpoint.every_epochs must be >= 1, got ",

@@ -130,6 +130,22 @@ TEST_CASE("A loss-scaling policy skips a NaN step and the epoch reports it", "[p
   CHECK(trainer.precision().scaler.current_scale() == 512);      // and the scale backed off
 }
 
+TEST_CASE("train_step reports a step the loss scaler skipped as not taken", "[precision][scaler][trainer]") {
+  // StepResult::stepped is the precision policy's answer, not "the window closed": the NaN loss
+  // of the first call closes a window but its step is skipped; the finite second one is taken.
+  auto model = test::small_mlp();
+  TrainerOptions options = quiet();
+  options.loss = test::nan_on_call(1);
+  Trainer<ScaledFp32> trainer(options);
+  torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
+  const auto batch = test::random_batches(1, 4).front();
+  const auto before = test::snapshot(*model);
+  CHECK_FALSE(trainer.train_step(model, optimizer, batch).stepped);
+  CHECK(test::same_values(before, test::snapshot(*model)));
+  CHECK(trainer.train_step(model, optimizer, batch).stepped);
+  CHECK_FALSE(test::same_values(before, test::snapshot(*model)));
+}
+
 namespace {
 
 /// The largest parameter difference between 4 accumulated micro-batches of 8 and one batch of

@@ -127,8 +127,8 @@ Result run_one(const Combination& combination, MakeModel& make_model, Train& tra
     const std::int64_t per_epoch = static_cast<std::int64_t>(std::ranges::size(train));
     ftopt::detail::check(per_epoch > 0, "grid: the training batches are empty");
     trainer_options.epochs = (options.steps + per_epoch - 1) / per_epoch;
-    if (trainer_options.schedule && trainer_options.schedule->total_steps == 0)
-      trainer_options.schedule->total_steps = options.steps;
+    if (trainer_options.schedule.needs_total_steps())
+      trainer_options.schedule = trainer_options.schedule.spanning(options.steps);
     T trainer = settings.template trainer<T>(trainer_options);
     const auto& params = trainer.prepare(model);
     auto optimizer = options.optimizer(params, options.lr_for(combination));

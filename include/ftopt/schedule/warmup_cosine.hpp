@@ -16,6 +16,7 @@
 #include <numbers>
 
 #include <ftopt/error.hpp>
+#include <ftopt/schedule/concept.hpp>
 
 namespace ftopt::schedule {
 
@@ -25,18 +26,15 @@ struct WarmupCosine {
   double min_lr_ratio = 0.0;     ///< the floor of the decay, as a fraction of the base lr
 
   void validate() const {
-    detail::check(warmup_steps >= 0, "schedule::WarmupCosine: warmup_steps must be >= 0, got ",
-                  warmup_steps);
-    detail::check(total_steps >= 0, "schedule::WarmupCosine: total_steps must be >= 0, got ",
-                  total_steps);
-    detail::check(min_lr_ratio >= 0.0 && min_lr_ratio <= 1.0,
-                  "schedule::WarmupCosine: min_lr_ratio must be in [0, 1], got ", min_lr_ratio);
+    detail::check_non_negative("WarmupCosine", "warmup_steps", warmup_steps);
+    detail::check_non_negative("WarmupCosine", "total_steps", total_steps);
+    ftopt::detail::check(min_lr_ratio >= 0.0 && min_lr_ratio <= 1.0,
+                         "schedule::WarmupCosine: min_lr_ratio must be in [0, 1], got ", min_lr_ratio);
   }
 
   /// The multiplier of the base learning rate at optimizer step `step` (0-based).
   double factor(std::int64_t step) const {
-    if (step < warmup_steps)
-      return static_cast<double>(step) / static_cast<double>(std::max<std::int64_t>(1, warmup_steps));
+    if (step < warmup_steps) return detail::warmup_ramp(step, warmup_steps);
     double progress = static_cast<double>(step - warmup_steps) /
                       static_cast<double>(std::max<std::int64_t>(1, total_steps - warmup_steps));
     double cosine = std::max(0.0, 0.5 * (1.0 + std::cos(std::numbers::pi * progress)));

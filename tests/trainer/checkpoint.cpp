@@ -1,5 +1,5 @@
-// Tests for Trainer::save_checkpoint / load_checkpoint (include/ftopt/trainer.hpp,
-// include/ftopt/detail/checkpoint_state.hpp).
+// Tests for include/ftopt/trainer/checkpoint.hpp through Trainer::save_checkpoint and
+// load_checkpoint (and include/ftopt/detail/checkpoint_state.hpp's RNG and policy states).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -9,7 +9,7 @@
 
 #include <ftopt.hpp>
 
-#include "support.hpp"
+#include "../support.hpp"
 
 using namespace ftopt;
 
@@ -19,7 +19,7 @@ struct StopAfterEpoch {
   Signal on_epoch_end(const FitState& s, const EpochStats&) { return s.epoch == epoch ? Signal::Stop : Signal::Continue; }
 };
 
-std::filesystem::path scratch() {
+std::filesystem::path checkpoint_scratch() {
   auto dir = std::filesystem::temp_directory_path() / ("ftopt-ckpt-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return dir;
@@ -33,7 +33,7 @@ TEST_CASE("A resumed run continues the same loss curve as an uninterrupted one",
     torch::manual_seed(11);
     return data::TensorBatches(torch::randn({96, 6}), torch::randint(0, 3, {96}), {.batch_size = 16, .seed = 4});
   };
-  const auto dir = scratch();
+  const auto dir = checkpoint_scratch();
   const auto path = dir / "run.ckpt";
   TrainerOptions options{.epochs = 4, .schedule = schedule::WarmupCosine{.warmup_steps = 3},
                          .device = torch::kCPU, .report_hardware = false};
@@ -79,7 +79,7 @@ TEST_CASE("A resumed run continues the same loss curve as an uninterrupted one",
 }
 
 TEST_CASE("load_checkpoint names a bad file and leaves the model alone", "[trainer][checkpoint][errors]") {
-  const auto dir = scratch();
+  const auto dir = checkpoint_scratch();
   auto model = test::small_mlp();
   Trainer<> trainer({.device = torch::kCPU, .report_hardware = false});
   torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
@@ -97,5 +97,71 @@ TEST_CASE("load_checkpoint names a bad file and leaves the model alone", "[train
   CHECK_THAT(test::message_of([&] { trainer.load_checkpoint(dir / "other.ckpt", model, optimizer); }),
              Catch::Contains("layers.0.weight: model [16, 6], file [8, 6]"));
   CHECK(test::same_values(before, test::snapshot(*model)));
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+/// A checkpoint of `model` in the layout of format 1 (before formats were recorded), written
+/// here entry by entry; `format` and `writer`, when given, are added as a later ftopt would.
+void write_by_hand(const std::filesystem::path& path, models::Mlp& model, torch::optim::Optimizer& optimizer,
+                   std::optional<std::int64_t> format = {}, std::string writer = {}) {
+  torch::serialize::OutputArchive archive;
+  if (format) archive.write("format", c10::IValue(*format));
+  if (!writer.empty()) archive.write("written_by", c10::IValue(writer));
+  for (const auto& item : model->named_parameters()) archive.write("model." + item.key(), item.value(), true);
+  torch::serialize::OutputArchive optimizer_archive;
+  optimizer.save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  archive.write("progress.epochs", torch::tensor(std::int64_t{3}));
+  archive.write("progress.optimizer_steps", torch::tensor(std::int64_t{21}));
+  archive.write("progress.base_lrs", torch::tensor(std::vector<double>{0.25}, torch::kDouble));
+  archive.save_to(path.string());
+}
+
+} // namespace
+
+TEST_CASE("A checkpoint records its format and writer, and reads the formats before it",
+          "[trainer][checkpoint]") {
+  const auto dir = checkpoint_scratch();
+  auto model = test::small_mlp();
+  Trainer<> trainer({.device = torch::kCPU, .report_hardware = false});
+  torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
+
+  SECTION("this ftopt writes format 2 and names itself") {
+    trainer.save_checkpoint(dir / "now.ckpt", model, optimizer);
+    torch::serialize::InputArchive raw;
+    raw.load_from((dir / "now.ckpt").string());
+    c10::IValue format, writer;
+    REQUIRE(raw.try_read("format", format));
+    REQUIRE(raw.try_read("written_by", writer));
+    CHECK(format.toInt() == 2);
+    CHECK_THAT(writer.toStringRef(), Catch::StartsWith(std::string("ftopt ") + ftopt::version) &&
+                                         Catch::Contains(std::string("LibTorch ") + TORCH_VERSION));
+    const TrainingState state = trainer.load_checkpoint(dir / "now.ckpt", model, optimizer);
+    CHECK(state.format == 2);
+    CHECK(state.written_by == writer.toStringRef());
+  }
+  SECTION("a format-1 file (no format entry) loads as before") {
+    auto saved = test::small_mlp(5);
+    write_by_hand(dir / "old.ckpt", saved, optimizer);
+    const TrainingState state = trainer.load_checkpoint(dir / "old.ckpt", model, optimizer);
+    CHECK(state.format == 1);
+    CHECK(state.written_by.empty());
+    CHECK(state.progress.epochs == 3);
+    CHECK(state.progress.optimizer_steps == 21);
+    CHECK(state.base_lrs == std::vector<double>{0.25});
+    CHECK(trainer.progress().epochs == 3);
+    CHECK(test::same_values(test::snapshot(*saved), test::snapshot(*model)));
+  }
+  SECTION("a newer format is refused with its writer named, and the model is left alone") {
+    auto saved = test::small_mlp(5);
+    write_by_hand(dir / "new.ckpt", saved, optimizer, 3, "ftopt 9.0.0, LibTorch 9.9");
+    const auto before = test::snapshot(*model);
+    CHECK_THAT(test::message_of([&] { trainer.load_checkpoint(dir / "new.ckpt", model, optimizer); }),
+               Catch::Contains("new.ckpt: checkpoint format 3 (written by ftopt 9.0.0, LibTorch 9.9); ftopt ") &&
+                   Catch::Contains("reads formats 1 to 2"));
+    CHECK(test::same_values(before, test::snapshot(*model)));
+  }
   std::filesystem::remove_all(dir);
 }
