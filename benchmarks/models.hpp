@@ -16,7 +16,7 @@ namespace ftopt::bench {
 inline const ftopt::models::ViTOptions vit_d256{.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256,
                                                 .layers = 6, .heads = 4, .intermediate = 1024, .num_labels = 10};
 
-/// The main job's default ViT (examples/finetune.cpp's defaults): 4 blocks, d 128, 4 heads, MLP
+/// The main job's default ViT (apps/finetune/'s defaults): 4 blocks, d 128, 4 heads, MLP
 /// 512, 4x4 patches of 28x28 (50 tokens), 5 labels.
 inline const ftopt::models::ViTOptions vit_main{.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 128,
                                                 .layers = 4, .heads = 4, .intermediate = 512, .num_labels = 5};

@@ -11,7 +11,7 @@ namespace examples {
 inline std::int64_t count(std::string_view program, std::string_view flag, const char* value) {
   char* end = nullptr;
   const long long n = std::strtoll(value, &end, 10);
-  ftopt::detail::check(end != value && *end == '\0' && n >= 0, program, ": ", flag,
+  ftopt::check(end != value && *end == '\0' && n >= 0, program, ": ", flag,
                        " needs a non-negative integer, got '", value, "'");
   return n;
 }
@@ -20,7 +20,7 @@ inline std::int64_t count(std::string_view program, std::string_view flag, const
 inline double positive(std::string_view program, std::string_view flag, const char* value) {
   char* end = nullptr;
   const double x = std::strtod(value, &end);
-  ftopt::detail::check(end != value && *end == '\0' && x > 0, program, ": ", flag,
+  ftopt::check(end != value && *end == '\0' && x > 0, program, ": ", flag,
                        " needs a positive number, got '", value, "'");
   return x;
 }
@@ -29,7 +29,7 @@ inline double positive(std::string_view program, std::string_view flag, const ch
 inline double fraction(std::string_view program, std::string_view flag, const char* value) {
   char* end = nullptr;
   const double x = std::strtod(value, &end);
-  ftopt::detail::check(end != value && *end == '\0' && x >= 0 && x < 1, program, ": ", flag,
+  ftopt::check(end != value && *end == '\0' && x >= 0 && x < 1, program, ": ", flag,
                        " needs a number in [0, 1), got '", value, "'");
   return x;
 }
@@ -40,9 +40,9 @@ template <class Set>
 void parse_pairs(std::string_view program, int argc, char** argv, std::string_view known, Set set) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
-    ftopt::detail::check(i + 1 < argc, program, ": ", flag, " needs a value");
+    ftopt::check(i + 1 < argc, program, ": ", flag, " needs a value");
     const char* value = argv[++i];
-    if (!set(flag, value)) ftopt::detail::fail(program, ": unknown option ", flag, " (known: ", known, ")");
+    if (!set(flag, value)) ftopt::fail(program, ": unknown option ", flag, " (known: ", known, ")");
   }
 }
 

@@ -18,19 +18,19 @@ int main(int argc, char** argv) try {
   std::int64_t limit = 0, quality = 90;
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
-    ftopt::detail::check(i + 1 < argc, "make_image_folder: ", flag, " needs a value");
+    ftopt::check(i + 1 < argc, "make_image_folder: ", flag, " needs a value");
     const char* value = argv[++i];
     if (flag == "--out") out = value;
     else if (flag == "--split") split = value;
     else if (flag == "--limit") limit = examples::count("make_image_folder", flag, value);
     else if (flag == "--quality") quality = examples::count("make_image_folder", flag, value);
     else if (flag == "--data") data = value;
-    else ftopt::detail::fail("make_image_folder: unknown option ", flag, " (known: --out, --split, --limit, --quality, --data)");
+    else ftopt::fail("make_image_folder: unknown option ", flag, " (known: --out, --split, --limit, --quality, --data)");
   }
-  ftopt::detail::check(!out.empty(), "make_image_folder: --out DIR is required");
-  ftopt::detail::check(split == "train" || split == "test", "make_image_folder: --split must be train or test, got '",
+  ftopt::check(!out.empty(), "make_image_folder: --out DIR is required");
+  ftopt::check(split == "train" || split == "test", "make_image_folder: --split must be train or test, got '",
                        split, "'");
-  ftopt::detail::check(quality >= 1 && quality <= 100, "make_image_folder: --quality must be in [1, 100], got ", quality);
+  ftopt::check(quality >= 1 && quality <= 100, "make_image_folder: --quality must be in [1, 100], got ", quality);
   auto set = ftopt::data::load_fashion_mnist(split == "train" ? ftopt::data::Split::Train : ftopt::data::Split::Test, data);
   if (limit > 0 && limit < set.labels.size(0)) set = {set.images.narrow(0, 0, limit), set.labels.narrow(0, 0, limit)};
   std::vector<std::string> classes;

@@ -39,6 +39,7 @@
 #include <ftopt/state.hpp>
 #include <ftopt/trainer.hpp>
 #include <ftopt/trainer/checkpoint.hpp>
+#include <ftopt/trainer/checks.hpp>
 #include <ftopt/trainer/learning_rate.hpp>
 #include <ftopt/trainer/metrics.hpp>
 #include <ftopt/trainer_options.hpp>

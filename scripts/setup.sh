@@ -28,6 +28,7 @@ packages=(
   libturbojpeg0-dev        # JPEG decoding
   catch2                   # tests (Catch2 v2)
   libbenchmark-dev         # benchmarks
+  libcli11-dev             # apps/finetune's command line
   dataset-fashion-mnist    # the real data: /usr/share/datasets/fashion-mnist
 )
 

@@ -12,9 +12,8 @@ public:
   using std::runtime_error::runtime_error;
 };
 
-namespace detail {
-
-/// Throws ftopt::Error whose message is the parts streamed one after another.
+/// Throws ftopt::Error whose message is the parts streamed one after another:
+///   ftopt::fail("finetune: --budget must be >= 0, got ", budget);
 template <class... Parts>
 [[noreturn]] void fail(const Parts&... parts) {
   std::ostringstream message;
@@ -22,11 +21,16 @@ template <class... Parts>
   throw Error(message.str());
 }
 
-/// fail(parts...) unless `ok`; the parts are only formatted on failure.
+/// fail(parts...) unless `ok`; the parts are only formatted on failure:
+///   ftopt::check(r > 0, "Lora: r must be > 0, got ", r);
 template <class... Parts>
 void check(bool ok, const Parts&... parts) {
   if (!ok) [[unlikely]] fail(parts...);
 }
 
+namespace detail {
+// ftopt's own headers call them as detail::check / detail::fail.
+using ftopt::check;
+using ftopt::fail;
 } // namespace detail
 } // namespace ftopt

@@ -21,9 +21,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
-#include <ranges>
 #include <tuple>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -49,6 +47,7 @@
 #include <ftopt/rules.hpp>
 #include <ftopt/state.hpp>
 #include <ftopt/trainer/checkpoint.hpp>
+#include <ftopt/trainer/checks.hpp>
 #include <ftopt/trainer/learning_rate.hpp>
 #include <ftopt/trainer/metrics.hpp>
 #include <ftopt/trainer_options.hpp>
@@ -126,7 +125,7 @@ public:
     require_prepared(model, optimizer);
     auto hooks = std::forward_as_tuple(callbacks...);
     const Progress start = std::exchange(resume_.progress, Progress{});
-    begin_fit(optimizer, steps_per_epoch(batches), start);
+    begin_fit(optimizer, trainer::steps_per_epoch(batches), start);
     FitSummary summary;
     const auto fit_start = Clock::now();
     auto& state = metrics_.fit;
@@ -292,26 +291,7 @@ private:
     detail::check(prepared_ == &detail::module_of(model),
                   "Trainer::fit: call trainer.prepare(model) first and build the optimizer from "
                   "the parameters it returns (it attaches the Peft policy and moves the model)");
-    std::unordered_set<const void*> trainable;
-    for (const auto& p : trainable_) trainable.insert(p.unsafeGetTensorImpl());
-    std::size_t held = 0, foreign = 0;
-    for (const auto& group : optimizer.param_groups())
-      for (const auto& p : group.params()) {
-        ++held;
-        if (!trainable.count(p.unsafeGetTensorImpl())) ++foreign;
-      }
-    detail::check(foreign == 0 && held == trainable_.size(),
-                  "Trainer::fit: the optimizer holds ", held, " parameters, ", foreign,
-                  " of them not trainable under the Peft policy, but prepare() returned ",
-                  trainable_.size(), "; build the optimizer from prepare()'s result");
-  }
-
-  template <class R>
-  static std::optional<std::int64_t> steps_per_epoch(R& batches) {
-    if constexpr (std::ranges::sized_range<R>)
-      return static_cast<std::int64_t>(std::ranges::size(batches));
-    else
-      return std::nullopt;
+    trainer::check_optimizer_holds(trainable_, optimizer);
   }
 
   /// The threads (only when asked), the hardware report (once per process), fresh metrics and

@@ -1,0 +1,138 @@
+// The main job: pretrain a backbone on Fashion-MNIST classes 0-4 (cached on disk after the first
+// run), then fine-tune it on classes 5-9: the naive baseline (fp32, full fine-tuning), Bf16Mixed
+// where the CPU computes bf16 natively, and the best policies ftopt has today (LoRA on every
+// Linear of the ViT's blocks, once more with memory::Checkpoint, and LoRA on query and value;
+// Freeze for the ResNet, whose convolutions LoRA does not adapt yet, with and without
+// memory::Checkpoint), and close with a table. After each row the model (adapters merged) is
+// evaluated for inference in fp32, with bf16 weights and with quant::DynamicInt8.
+//
+//   build/apps/finetune [options]        (build/apps/finetune --help lists them, with defaults)
+//
+// The application is split by concern: options.hpp (the command line, CLI11), models.hpp (data
+// and models), runs.hpp (one row: train, evaluate, inference paths; the best policies' rows),
+// table.hpp (the closing table), pretraining.hpp (the cached backbone), grid_modes.hpp (the
+// ViT's policy grid by name, --auto and --grid); this file puts them together.
+//
+// --all-classes instead trains the model on all ten classes and reports its test accuracy, to
+// compare with the benchmark table in Fashion-MNIST's README. With --checkpoint FILE it writes a
+// checkpoint after every epoch (atomically) and, when FILE exists, resumes from it first: a long
+// run stopped part-way goes on where it was when the same command is run again.
+//
+// The ViT's policies can be chosen by name (--precision, --peft, --memory, --quant): the
+// combination is one of the main grid's Trainers, compiled in (grid::Grid::visit), trained
+// after the baseline. --auto lets grid::autotune choose: every combination trains briefly
+// (--grid-steps) on 90% of the training set and is scored on the other 10%, and the fastest
+// within 0.5 points of the baseline then trains for --epochs. --grid DIR runs the whole grid
+// with a fixed budget of steps, evaluates on the test set, and writes the report (Markdown,
+// JSON, SVG) to DIR. --profile FILE writes a Chrome trace of three training steps of the
+#include <cstdint>
+#include <iostream>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+
+#include "grid_modes.hpp"
+#include "models.hpp"
+#include "options.hpp"
+#include "pretraining.hpp"
+#include "runs.hpp"
+#include "table.hpp"
+
+namespace finetune {
+
+template <class M>
+int run(const Options& args, M (*make_model)(const Options&, std::int64_t), ftopt::nn::NamePatterns top) {
+  const auto make = [&](std::int64_t classes) { return make_model(args, classes); };
+  auto train_all = ftopt::data::load_fashion_mnist(ftopt::data::Split::Train, args.data);
+  auto test_all = ftopt::data::load_fashion_mnist(ftopt::data::Split::Test, args.data);
+  if (args.train_limit > 0 && args.train_limit < train_all.labels.size(0))
+    train_all = {train_all.images.narrow(0, 0, args.train_limit), train_all.labels.narrow(0, 0, args.train_limit)};
+  auto pixels = train_all.images.to(torch::kFloat).div_(255.0);
+  const double mean = pixels.mean().item<double>(), std = pixels.std().item<double>();
+  ftopt::TrainerOptions options{.epochs = args.epochs, .clip_grad_norm = 1.0,
+                                .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = args.warmup_steps},
+                                .threads = ftopt::hardware::all_cpus};
+  if (args.label_smoothing > 0)
+    options.loss = [smoothing = args.label_smoothing](const torch::Tensor& output, const torch::Tensor& target) {
+      return torch::nn::functional::cross_entropy(
+          output, target, torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(smoothing));
+    };
+  const double lr = args.lr > 0 ? args.lr : args.model == "vit" ? 1e-3 : 2e-3;
+
+  if (args.all_classes) {
+    if (!args.checkpoint.empty()) options.checkpoint = ftopt::CheckpointOptions{.path = args.checkpoint};
+    torch::manual_seed(0);
+    auto model = make(10);
+    const bool bf16 = use_bf16(args);
+    const Loading loading = args.augment ? Loading::Pipeline : Loading::InMemory;
+    const std::string setup =
+        args.model + ", all 10 classes, " + (bf16 ? "bf16" : "fp32") + (args.augment ? ", random shifts and flips" : "");
+    const auto train_set = prepare(train_all, mean, std), test_set = prepare(test_all, mean, std);
+    auto row = bf16
+                   ? train(setup, ftopt::Trainer<ftopt::precision::Bf16Mixed>(options), model, train_set, test_set, lr,
+                           loading, args.augment)
+                   : train(setup, ftopt::Trainer<>(options), model, train_set, test_set, lr, loading, args.augment);
+    print_table({row});
+    return 0;
+  }
+
+  const std::vector<std::int64_t> first{0, 1, 2, 3, 4}, second{5, 6, 7, 8, 9};
+  const auto pre_train = prepare(ftopt::data::select_classes(train_all, first), mean, std);
+  const auto fine_train = prepare(ftopt::data::select_classes(train_all, second), mean, std);
+  const auto fine_test = prepare(ftopt::data::select_classes(test_all, second), mean, std);
+
+  // Bf16Mixed rows where the CPU computes bf16 natively; pretraining too (it is not measured).
+  const bool bf16 = use_bf16(args);
+  torch::manual_seed(0);
+  auto pretrained = make(5);
+  pretrain_or_load(pretrained, args, bf16, options, pre_train,
+                   prepare(ftopt::data::select_classes(test_all, first), mean, std), lr);
+  const auto backbone = ftopt::weights::state_dict(*pretrained);
+
+  std::vector<Row> rows;
+  auto fresh = [&] {
+    auto model = make(5);
+    ftopt::weights::load_state_dict(*model, backbone);
+    torch::manual_seed(1);  // every row gets the same new head
+    reset_head(model);      // a new task: a new head
+    return model;
+  };
+  if (!args.profile.empty()) profile_baseline(args.profile, fresh, options, fine_train, lr);
+  if constexpr (std::is_same_v<M, ftopt::models::ViT>) {
+    if (args.named() || args.autotune || !args.grid_dir.empty())
+      return run_grid_modes(args, bf16, fresh, options, fine_train, fine_test, lr);
+  }
+  {
+    auto model = fresh();
+    rows.push_back(train("baseline: fp32, full fine-tuning", ftopt::Trainer<>(options), model, fine_train, fine_test, lr));
+  }
+  if (bf16) {
+    auto model = fresh();
+    rows.push_back(train("Bf16Mixed, full fine-tuning", ftopt::Trainer<ftopt::precision::Bf16Mixed>(options), model,
+                         fine_train, fine_test, lr));
+    best_rows<ftopt::precision::Bf16Mixed>("Bf16Mixed", rows, fresh, top, options, fine_train, fine_test, lr);
+  } else {
+    best_rows<ftopt::precision::Fp32>("fp32", rows, fresh, top, options, fine_train, fine_test, lr);
+  }
+  print_table(rows);
+  return 0;
+}
+
+} // namespace finetune
+
+int main(int argc, char** argv) try {
+  using namespace finetune;
+  const Options args = parse(argc, argv);
+  // A combination the grid does not have is refused before any data is loaded.
+  if (args.named()) MainGrid::check<ftopt::models::ViT>(named_combination(args, args.precision == "bf16"));
+  if (args.model == "resnet") return run(args, &make_resnet, {"layer4", "fc"});
+  return run(args, &make_vit, {"encoder.layer.3", "vit.layernorm", "classifier"});
+} catch (const std::exception& e) {
+  const std::string_view message = e.what();  // option errors already name the program
+  std::cerr << (message.starts_with("finetune:") ? "" : "finetune: ") << message << '\n';
+  return 1;
+}

@@ -1,0 +1,186 @@
+#pragma once
+// The main job's command line (CLI11): every option with its default and, where the values are
+// a set, the allowed ones (`finetune --help`); a bad value is refused with the option, the value
+// and what it takes.
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include <ftopt/data/fashion_mnist.hpp>
+#include <ftopt/error.hpp>
+
+namespace finetune {
+
+struct Options {
+  std::string model = "vit";
+  std::string precision = "auto";  ///< auto: Bf16Mixed where the CPU has native bf16, else fp32
+  std::int64_t epochs = 1;
+  std::int64_t pretrain_epochs = 2;
+  std::int64_t train_limit = 0;
+  double lr = 0;  ///< 0: 2e-3 for the ResNet, 1e-3 for the ViT
+  bool all_classes = false;
+  bool augment = false;
+  // The ViT's width and depth: large enough that the fp32 step is GEMM-bound (67% of it in
+  // GEMMs, docs/benchmarks.md), small enough that the whole job runs in minutes on 2 cores.
+  std::int64_t vit_hidden = 128;
+  std::int64_t vit_layers = 4;
+  std::int64_t vit_mlp = 4;  ///< the ViT's MLP width as a multiple of its width (HF ViT-Base: 4)
+  double vit_dropout = 0.0;  ///< the ViT's hidden dropout (HF: hidden_dropout_prob)
+  double label_smoothing = 0.0;    ///< cross-entropy's label_smoothing (as torch.nn.CrossEntropyLoss)
+  std::int64_t warmup_steps = 50;  ///< WarmupCosine's linear warm-up
+  std::string checkpoint;          ///< --all-classes: resume from and save to this file
+  std::string peft, memory, quant;  ///< set: train this combination of the main grid
+  bool autotune = false;
+  double budget = 0;              ///< --auto: seconds (0: no limit)
+  std::int64_t grid_steps = 100;  ///< --auto and --grid: training steps per combination
+  std::string grid_dir;           ///< --grid: where the report goes
+  std::string profile;            ///< --profile: Chrome trace of the first row
+  std::string data = ftopt::data::default_fashion_mnist_dir().string();
+  std::string cache;
+
+  bool named() const { return !peft.empty() || !memory.empty() || !quant.empty(); }
+};
+
+namespace detail {
+
+/// The value as an integer, or none when it is not one.
+inline std::optional<std::int64_t> integer(const std::string& value) {
+  char* end = nullptr;
+  const long long n = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0') return std::nullopt;
+  return n;
+}
+
+/// An integer option's lower bound, shown in --help and named when a value is below it.
+inline CLI::Validator at_least(std::int64_t low) {
+  return CLI::Validator(
+      [low](std::string& value) {
+        const auto n = integer(value);
+        if (!n) return "needs an integer, got '" + value + "'";
+        return *n >= low ? std::string() : "must be >= " + std::to_string(low) + ", got " + value;
+      },
+      "(>= " + std::to_string(low) + ")");
+}
+
+/// An integer option that must be a multiple of `step`.
+inline CLI::Validator multiple_of(std::int64_t step) {
+  return CLI::Validator(
+      [step](std::string& value) {
+        const auto n = integer(value);
+        if (!n) return "needs an integer, got '" + value + "'";
+        return *n % step == 0 ? std::string() : "must be a multiple of " + std::to_string(step) + ", got " + value;
+      },
+      "(a multiple of " + std::to_string(step) + ")");
+}
+
+/// The value as a number, or none when it is not one.
+inline std::optional<double> number(const std::string& value) {
+  char* end = nullptr;
+  const double x = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0') return std::nullopt;
+  return x;
+}
+
+/// A number >= 0.
+inline CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& value) {
+        const auto x = number(value);
+        if (!x) return "needs a number, got '" + value + "'";
+        return *x >= 0 ? std::string() : "must be >= 0, got " + value;
+      },
+      "(>= 0)");
+}
+
+/// A number in [0, 1).
+inline CLI::Validator fraction() {
+  return CLI::Validator(
+      [](std::string& value) {
+        const auto x = number(value);
+        if (!x) return "needs a number, got '" + value + "'";
+        return *x >= 0 && *x < 1 ? std::string() : "must be in [0, 1), got " + value;
+      },
+      "(in [0, 1))");
+}
+
+} // namespace detail
+
+/// The options from the command line. `--help` prints them all and exits 0; a bad one prints
+/// "finetune: <option>: <why>" and exits 1.
+inline Options parse(int argc, char** argv) {
+  Options o;
+  if (const char* home = std::getenv("HOME")) o.cache = std::string(home) + "/.cache/ftopt";
+  CLI::App app{"The main job: pretrain a backbone on Fashion-MNIST classes 0-4 (cached), fine-tune it on classes\n"
+               "5-9 with the naive baseline and ftopt's best policies, and close with a table (docs/models.md).",
+               "finetune"};
+  app.get_formatter()->column_width(34);
+  app.add_option("--model", o.model, "the model")->check(CLI::IsMember({"vit", "resnet"}))->capture_default_str();
+  app.add_option("--precision", o.precision, "auto: Bf16Mixed where the CPU computes bf16 natively, else fp32")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs, "fine-tuning epochs per row")->check(detail::at_least(1))->capture_default_str();
+  app.add_option("--pretrain-epochs", o.pretrain_epochs, "epochs of pretraining (cached)")
+      ->check(detail::at_least(0))
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate; 0: 1e-3 for the ViT, 2e-3 for the ResNet (adapters 3x)")
+      ->check(detail::non_negative())
+      ->capture_default_str();
+  app.add_option("--train-limit", o.train_limit, "use the first N training images; 0: all")
+      ->check(detail::at_least(0))
+      ->capture_default_str();
+  app.add_flag("--all-classes", o.all_classes, "train on all ten classes instead and report the test accuracy");
+  app.add_flag("--augment", o.augment, "with --all-classes: random shifts and flips through the Pipeline");
+  app.add_option("--checkpoint", o.checkpoint, "with --all-classes: save after every epoch, resume when it exists");
+  app.add_option("--peft", o.peft, "train this combination of the ViT's grid after the baseline")
+      ->check(CLI::IsMember({"full", "lora", "adapter"}));
+  app.add_option("--memory", o.memory, "(with --peft/--quant) the grid combination's Memory policy")
+      ->check(CLI::IsMember({"none", "checkpoint"}));
+  app.add_option("--quant", o.quant, "(with --peft/--memory) the grid combination's Quant policy")
+      ->check(CLI::IsMember({"none", "dynamic-int8"}));
+  app.add_flag("--auto", o.autotune, "let grid::autotune choose the fastest within 0.5 points of the baseline");
+  app.add_option("--budget", o.budget, "--auto's time budget in seconds; 0: none")
+      ->check(detail::non_negative())
+      ->capture_default_str();
+  app.add_option("--grid", o.grid_dir, "run the whole grid and write its report (md, json, svg) to DIR");
+  app.add_option("--grid-steps", o.grid_steps, "training steps per combination for --auto and --grid")
+      ->check(detail::at_least(2))
+      ->capture_default_str();
+  app.add_option("--profile", o.profile, "write a Chrome trace of three baseline steps to FILE");
+  app.add_option("--vit-hidden", o.vit_hidden, "the ViT's width, a multiple of its 4 heads")
+      ->check(detail::at_least(4))
+      ->check(detail::multiple_of(4))
+      ->capture_default_str();
+  app.add_option("--vit-layers", o.vit_layers, "the ViT's blocks")->check(detail::at_least(1))->capture_default_str();
+  app.add_option("--vit-mlp", o.vit_mlp, "the ViT's MLP width as a multiple of its width")
+      ->check(detail::at_least(1))
+      ->capture_default_str();
+  app.add_option("--vit-dropout", o.vit_dropout, "the ViT's hidden dropout")->check(detail::fraction())->capture_default_str();
+  app.add_option("--label-smoothing", o.label_smoothing, "cross-entropy's label smoothing")
+      ->check(detail::fraction())
+      ->capture_default_str();
+  app.add_option("--warmup-steps", o.warmup_steps, "the cosine schedule's warmup")
+      ->check(detail::at_least(0))
+      ->capture_default_str();
+  app.add_option("--data", o.data, "the Fashion-MNIST folder")->capture_default_str();
+  app.add_option("--cache", o.cache, "where pretrained backbones are kept")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) std::exit(app.exit(e));  // --help
+    std::cerr << "finetune: " << e.what() << " (finetune --help lists the options)\n";
+    std::exit(1);
+  }
+  const int modes = int(o.named()) + int(o.autotune) + int(!o.grid_dir.empty()) + int(o.all_classes);
+  ftopt::check(modes <= 1, "finetune: choose one of --peft/--memory/--quant, --auto, --grid and --all-classes");
+  ftopt::check(modes == 0 || o.all_classes || o.model == "vit",
+               "finetune: --peft, --memory, --quant, --auto and --grid choose among the ViT's policy grid; "
+               "use them with --model vit");
+  ftopt::check(o.checkpoint.empty() || o.all_classes, "finetune: --checkpoint goes with --all-classes");
+  return o;
+}
+
+} // namespace finetune

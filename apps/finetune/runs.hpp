@@ -1,0 +1,195 @@
+#pragma once
+// One row of the main job: train a model under one Trainer type, evaluate it, then evaluate
+// its inference paths (fp32, bf16 weights, int8), and the rows of ftopt's best policies.
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+#include <ftopt/pipeline.hpp>
+
+#include "models.hpp"
+#include "options.hpp"
+
+namespace finetune {
+
+struct Row {
+  std::string setup;
+  double epoch_seconds = 0;
+  double peak_mib = 0;
+  std::int64_t trainable = 0, total = 0;
+  double test_accuracy = 0;
+  double data_wait = 0;  ///< fraction of the epoch the Trainer waited for the next batch
+  /// Inference after training, adapters merged: the test set in fp32, then with the weights in
+  /// bf16 (converted once), then after quant::DynamicInt8; speed-ups over the fp32 evaluation.
+  double fp32_accuracy = 0, bf16_accuracy = 0, int8_accuracy = 0;
+  double bf16_speedup = 0, int8_speedup = 0;
+};
+
+/// The test set evaluated with the model's weights in bf16 (the fastest inference path where
+/// the CPU computes bf16), the parameters and buffers (BatchNorm's running statistics) then put
+/// back as they were, not as bf16 rounded them.
+template <class M>
+ftopt::EvalStats evaluate_bf16_weights(M& model, ftopt::data::TensorBatches& batches) {
+  const auto tensors = [&] {
+    auto all = model->parameters();
+    for (const auto& b : model->buffers()) all.push_back(b);
+    return all;
+  };
+  std::vector<torch::Tensor> kept;
+  for (const auto& t : tensors()) kept.push_back(t.detach().clone());
+  model->to(torch::kBFloat16);
+  auto stats = ftopt::Trainer<ftopt::precision::Bf16True>({.report_hardware = false}).evaluate(model, batches);
+  model->to(torch::kFloat);
+  torch::NoGradGuard no_grad;
+  auto now = tensors();
+  for (std::size_t i = 0; i < now.size(); ++i) now[i].copy_(kept[i]);
+  return stats;
+}
+
+inline std::int64_t numel(const std::vector<torch::Tensor>& ts) {
+  std::int64_t n = 0;
+  for (const auto& t : ts) n += t.numel();
+  return n;
+}
+
+/// How a row reads its training batches.
+enum class Loading {
+  InMemory,  ///< data::TensorBatches on the training thread: the naive baseline
+  Pipeline,  ///< pipeline::from | shuffle | [augment] | batch | prefetch: a worker keeps batches ready
+};
+
+/// Trains one row. `Pipelines`: whether the pipeline loadings are compiled in (the grid's
+/// combinations train in memory only, which keeps the main grid's compile time down).
+template <bool Pipelines = true, class Trainer, class M>
+Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_set, const Prepared& test_set,
+          double lr, Loading loading = Loading::InMemory, bool augmented = false, bool int8 = true) {
+  namespace fp = ftopt::pipeline;
+  std::cerr << "\n== " << setup << '\n';
+  torch::manual_seed(1);  // every row starts from the same random state (adapter initialization)
+  ftopt::data::TensorBatches test_batches(test_set.images, test_set.labels, {.batch_size = 500, .shuffle = false});
+  const auto& params = trainer.prepare(model);
+  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(lr).weight_decay(0.05));
+  if (const auto& saved = trainer.options().checkpoint; saved && std::filesystem::exists(saved->path)) {
+    trainer.load_checkpoint(saved->path, model, optimizer);
+    std::cerr << "resumed from " << saved->path.string() << " after epoch " << trainer.progress().epochs << '\n';
+  }
+  const auto fit = [&] {
+    if (!Pipelines || loading == Loading::InMemory) {
+      ftopt::data::TensorBatches batches(train_set.images, train_set.labels, {.batch_size = 128, .seed = 1});
+      return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
+    }
+    if constexpr (!Pipelines) return ftopt::FitSummary{};
+    else {
+    // Shifts of up to 2 pixels each way, the border black (torchvision's RandomCrop(28, padding=2)), and flips.
+    const fp::AugmentOptions shift_flip{.crop = fp::RandomCrop{.size = 28, .padding = 2, .fill = train_set.background},
+                                        .horizontal_flip = 0.5, .seed = 2};
+    auto samples = fp::from(train_set.images, train_set.labels) | fp::shuffle(1);
+    auto prefetched = fp::PrefetchOptions{.workers = 1, .depth = 4};
+    if (augmented) {
+      auto batches = std::move(samples) | fp::augment(shift_flip) | fp::batch(128) | fp::prefetch(prefetched);
+      return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
+    }
+    auto batches = std::move(samples) | fp::batch(128) | fp::prefetch(prefetched);
+    return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
+    }
+  }();
+  std::size_t peak_bytes = 0;
+  double seconds = 0, waiting = 0;
+  for (const auto& e : fit.epochs) {
+    peak_bytes = std::max(peak_bytes, e.peak_memory);
+    seconds += e.seconds;
+    waiting += e.phases.data;
+  }
+  auto test = trainer.evaluate(model, test_batches);
+  std::cerr << "test accuracy " << std::fixed << std::setprecision(2) << 100.0 * test.accuracy.value_or(0) << "%\n";
+  Row row{std::move(setup), fit.epochs.empty() ? 0.0 : seconds / static_cast<double>(fit.epochs.size()),
+          static_cast<double>(peak_bytes) / (1 << 20), numel(params), numel(model->parameters()),
+          test.accuracy.value_or(0), seconds > 0 ? waiting / seconds : 0.0};
+  if (!int8) return row;
+  // Inference: adapters merged (Trainer::finalize), evaluated in fp32, with bf16 weights, and
+  // with every Linear dynamically quantized (by the combination's own Quant policy when it has one).
+  constexpr bool quantizes = !std::is_same_v<typename Trainer::quant_type, ftopt::quant::None>;
+  ftopt::Trainer<> fp32({.report_hardware = false});
+  if (!quantizes) trainer.finalize(model);
+  const auto plain = fp32.evaluate(model, test_batches);
+  const auto bf16 = evaluate_bf16_weights(model, test_batches);
+  if (quantizes) trainer.finalize(model);
+  else ftopt::quant::DynamicInt8().convert(*model);
+  const auto quantized = fp32.evaluate(model, test_batches);
+  row.fp32_accuracy = plain.accuracy.value_or(0);
+  row.bf16_accuracy = bf16.accuracy.value_or(0);
+  row.int8_accuracy = quantized.accuracy.value_or(0);
+  row.bf16_speedup = plain.seconds / bf16.seconds;
+  row.int8_speedup = plain.seconds / quantized.seconds;
+  std::cerr << "inference: fp32 " << 100.0 * row.fp32_accuracy << "%; bf16 weights " << 100.0 * row.bf16_accuracy
+            << "%, " << std::setprecision(2) << row.bf16_speedup << "x fp32's speed; quant::DynamicInt8 "
+            << 100.0 * row.int8_accuracy << "%, " << row.int8_speedup << "x\n";
+  return row;
+}
+
+/// Bf16Mixed pays where the hardware computes in bf16 (a CPU with avx512_bf16, a GPU);
+/// elsewhere it is emulated and several times slower than fp32, so `--precision auto` skips it.
+inline bool use_bf16(const Options& args) {
+  if (args.precision != "auto") return args.precision == "bf16";
+  const bool native = ftopt::hardware::has_native_bf16(torch::kCPU);
+  if (!native) std::cerr << "finetune: this CPU has no native bf16 (avx512_bf16), so the rows train in "
+                            "fp32 (--precision bf16 forces Bf16Mixed)\n";
+  return native;
+}
+
+/// The best policies for the second phase: a PEFT policy, then the same with checkpointing
+/// (memory::Checkpoint on every block: less activation memory for more compute).
+template <class Precision, class Fresh>
+void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh, const ftopt::nn::NamePatterns& top,
+               const ftopt::TrainerOptions& options, const Prepared& train_set, const Prepared& test_set, double lr) {
+  using M = decltype(fresh());
+  if constexpr (std::is_same_v<M, ftopt::models::ViT>) {
+    // LoRA on every Linear of the blocks (PEFT's "all-linear" choice: query, key, value and the
+    // dense projections) with a new head; adapters want a larger learning rate than full
+    // fine-tuning.
+    const ftopt::peft::Lora lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
+                                  .modules_to_save = {"classifier"}});
+    {
+      auto model = fresh();
+      rows.push_back(train(precision + " + peft::Lora (r 8, all block Linears, head)",
+                           ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, lora), model, train_set, test_set,
+                           3 * lr, Loading::Pipeline));
+    }
+    {
+      auto model = fresh();
+      rows.push_back(train(precision + " + peft::Lora + memory::Checkpoint",
+                           ftopt::Trainer<Precision, ftopt::peft::Lora, ftopt::memory::Checkpoint>(options, {}, lora),
+                           model, train_set, test_set, 3 * lr, Loading::Pipeline));
+    }
+    // The original paper's and PEFT's default targets: fewer adapted layers, a faster step.
+    const ftopt::peft::Lora query_value({.r = 8, .alpha = 16, .targets = {"query", "value"},
+                                         .modules_to_save = {"classifier"}});
+    auto model = fresh();
+    rows.push_back(train(precision + " + peft::Lora (r 8, query and value, head)",
+                         ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, query_value), model, train_set,
+                         test_set, 3 * lr, Loading::Pipeline));
+  } else {
+    std::string names;
+    for (const auto& p : top) names += (names.empty() ? "" : "+") + p.text;
+    const ftopt::peft::Freeze freeze{.train = top};
+    {
+      auto model = fresh();
+      rows.push_back(train(precision + " + peft::Freeze (train " + names + ")",
+                           ftopt::Trainer<Precision, ftopt::peft::Freeze>(options, {}, freeze), model, train_set,
+                           test_set, lr, Loading::Pipeline));
+    }
+    auto model = fresh();
+    rows.push_back(train(precision + " + peft::Freeze + memory::Checkpoint",
+                         ftopt::Trainer<Precision, ftopt::peft::Freeze, ftopt::memory::Checkpoint>(options, {}, freeze),
+                         model, train_set, test_set, lr, Loading::Pipeline));
+  }
+}
+
+} // namespace finetune
