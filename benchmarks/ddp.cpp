@@ -26,7 +26,7 @@
 
 #include <ftopt.hpp>
 #include <ftopt/parallel/ddp.hpp>
-#include <ftopt/parallel/launch.hpp>
+#include <ftopt/parallel/support/launch.hpp>
 
 #include "side_by_side.hpp"
 

@@ -11,7 +11,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include <ftopt/memory/peak.hpp>
+#include <ftopt/memory/support/peak.hpp>
 
 namespace ftopt::bench {
 

@@ -1,5 +1,5 @@
-// The main job: train an MLP on real Fashion-MNIST with ftopt's baseline policies, then compare
-// it with the same training done in accumulated micro-batches, in a closing table.
+// Training an MLP on real Fashion-MNIST with ftopt's baseline policies, then the same training
+// done in accumulated micro-batches, compared in a closing table.
 //
 //   build/examples/fashion_mnist [--epochs N] [--batch B] [--data DIR] [--train-limit N]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The second command: install what is missing, then build and test both supported LibTorch builds:
-#   build/       LibTorch 2.x from the pinned torch wheel (the default): every test, example,
+#   build/       LibTorch 2.x from the pinned torch wheel (the default): every test, example, app,
 #                benchmark build, compile-fail check, header self-containment, the installed
 #                package, and the peer tests against the real Python libraries;
 #   build-1.13/  Debian's LibTorch 1.13 (CPU): the unit tests.
@@ -29,7 +29,7 @@ run_ctest() {
 build
 run_ctest "$build_dir" "LibTorch 2.x (pip wheel)"
 
-configure_build "$root/build-1.13" debian -DFTOPT_PYTHON= -DFTOPT_BUILD_EXAMPLES=OFF \
+configure_build "$root/build-1.13" debian -DFTOPT_PYTHON= -DFTOPT_BUILD_EXAMPLES=OFF -DFTOPT_BUILD_APPS=OFF \
   -DFTOPT_BUILD_BENCHMARKS=OFF -DFTOPT_HEADER_CHECK=OFF -DFTOPT_COMPILE_CHECKS=OFF
 cmake --build "$root/build-1.13" --parallel "$jobs"
 run_ctest "$root/build-1.13" "LibTorch 1.13 (Debian)"

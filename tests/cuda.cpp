@@ -5,7 +5,7 @@
 
 #include <torch/torch.h>
 
-#include <ftopt/memory/peak.hpp>
+#include <ftopt/memory/support/peak.hpp>
 #include <ftopt/nn/checkpoint.hpp>
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/pipeline.hpp>

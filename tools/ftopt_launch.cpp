@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <ftopt/parallel/launch.hpp>
+#include <ftopt/parallel/support/launch.hpp>
 
 namespace {
 

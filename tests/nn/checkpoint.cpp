@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 #include <ftopt/detail/compat.hpp>
-#include <ftopt/memory/peak.hpp>
+#include <ftopt/memory/support/peak.hpp>
 #include <ftopt/models/resnet.hpp>
 #include <ftopt/models/vit.hpp>
 #include <ftopt/nn/checkpoint.hpp>

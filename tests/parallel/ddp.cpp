@@ -16,7 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include <ftopt/parallel/ddp.hpp>
-#include <ftopt/parallel/launch.hpp>
+#include <ftopt/parallel/support/launch.hpp>
 #include <ftopt/pipeline.hpp>
 #include <ftopt/precision/bf16_mixed.hpp>
 #include <ftopt/trainer.hpp>

@@ -12,7 +12,7 @@
 
 #include <ftopt/models/vit.hpp>
 #include <ftopt/peft/lora.hpp>
-#include <ftopt/peft/lora_adapter.hpp>
+#include <ftopt/peft/files/lora.hpp>
 
 #include "peer.hpp"
 

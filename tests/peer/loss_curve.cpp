@@ -11,7 +11,7 @@
 
 #include <ftopt/models/vit.hpp>
 #include <ftopt/peft/lora.hpp>
-#include <ftopt/peft/lora_adapter.hpp>
+#include <ftopt/peft/files/lora.hpp>
 #include <ftopt/precision/bf16_mixed.hpp>
 #include <ftopt/precision/fp32.hpp>
 #include <ftopt/trainer.hpp>

@@ -1,4 +1,4 @@
-// Tests for include/ftopt/peft/lora.hpp and lora_adapter.hpp, against HF PEFT's LoRA semantics
+// Tests for include/ftopt/peft/lora.hpp and peft/files/lora.hpp, against HF PEFT's LoRA semantics
 // (peft/tuners/lora/layer.py: y = W x + b + scaling * B(A(dropout(x))), scaling = alpha / r or
 // alpha / sqrt(r) with use_rslora; A Kaiming-uniform a = sqrt(5), B zeros; merge W += scaling B A).
 #include <catch2/catch.hpp>
@@ -11,7 +11,7 @@
 
 #include <ftopt.hpp>
 #include <ftopt/peft/lora.hpp>
-#include <ftopt/peft/lora_adapter.hpp>
+#include <ftopt/peft/files/lora.hpp>
 
 #include "../support.hpp"
 

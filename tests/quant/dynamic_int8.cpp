@@ -13,9 +13,9 @@
 #include <ftopt/peft/adapter.hpp>
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/quant/dynamic_int8.hpp>
-#include <ftopt/quant/files.hpp>
+#include <ftopt/quant/files/int8.hpp>
 #include <ftopt/quant/qat.hpp>
-#include <ftopt/quant/report.hpp>
+#include <ftopt/quant/support/report.hpp>
 #include <ftopt/quant/static_int8.hpp>
 #include <ftopt/trainer.hpp>
 
@@ -144,9 +144,12 @@ TEST_CASE("DynamicInt8 on a model: keep_float, Trainer::finalize after LoRA, err
       CHECK_THAT(test::message_of([&] { quant::DynamicInt8({.engine = quant::Engine::X86}).convert(*model); }),
                  Contains("engine x86 is not in this LibTorch (supported: "));
     } else {
+      at::globalContext().setQEngine(at::QEngine::ONEDNN);  // another engine first: x86 must replace it
       quant::DynamicInt8 x86({.engine = quant::Engine::X86});
       x86.convert(*model);
+      CHECK(at::globalContext().qEngine() == at::QEngine::X86);
       CHECK(x86.quantized() == std::vector<std::string>{"layers.0", "layers.2"});
+      CHECK(relative_error(model->forward(x), expected) < 0.02);  // and it computes the model
     }
   }
   SECTION("nothing to quantize") {

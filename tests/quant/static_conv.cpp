@@ -9,9 +9,9 @@
 
 #include <torch/torch.h>
 
-#include <ftopt/quant/files.hpp>
+#include <ftopt/quant/files/int8.hpp>
 #include <ftopt/quant/qat.hpp>
-#include <ftopt/quant/report.hpp>
+#include <ftopt/quant/support/report.hpp>
 #include <ftopt/quant/static_int8.hpp>
 #include <ftopt/trainer.hpp>
 

@@ -43,7 +43,7 @@
 
 #include <ftopt/detail/dependent_false.hpp>
 #include <ftopt/parallel/concept.hpp>
-#include <ftopt/parallel/group.hpp>
+#include <ftopt/parallel/support/group.hpp>
 
 namespace ftopt::parallel {
 

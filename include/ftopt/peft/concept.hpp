@@ -15,7 +15,8 @@
 ///     get no gradient and the backward skips their weight gradients;
 ///   - merge leaves the model's outputs unchanged (up to rounding).
 ///
-/// Models: peft::Full.
+/// Models: peft::Full, peft::Freeze, peft::Lora, peft::Adapter, peft::Prefix (their laws:
+/// tests/peft/concept.cpp).
 
 #include <concepts>
 #include <vector>

@@ -28,7 +28,7 @@
 #include <ftopt/nn/names.hpp>
 #include <ftopt/peft/concept.hpp>
 #include <ftopt/peft/full.hpp>
-#include <ftopt/peft/targets.hpp>
+#include <ftopt/peft/support/targets.hpp>
 
 namespace ftopt::peft {
 

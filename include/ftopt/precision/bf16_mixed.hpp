@@ -8,8 +8,8 @@
 
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/precision/concept.hpp>
-#include <ftopt/precision/unscaled.hpp>
-#include <ftopt/precision/device_of.hpp>
+#include <ftopt/precision/support/unscaled.hpp>
+#include <ftopt/precision/support/device_of.hpp>
 
 namespace ftopt::precision {
 

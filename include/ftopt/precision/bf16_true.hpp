@@ -7,7 +7,7 @@
 ///   ftopt::Trainer<ftopt::precision::Bf16True> trainer;
 
 #include <ftopt/precision/concept.hpp>
-#include <ftopt/precision/unscaled.hpp>
+#include <ftopt/precision/support/unscaled.hpp>
 
 namespace ftopt::precision {
 

@@ -12,8 +12,8 @@
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/precision/concept.hpp>
-#include <ftopt/precision/device_of.hpp>
-#include <ftopt/precision/grad_scaler.hpp>
+#include <ftopt/precision/support/device_of.hpp>
+#include <ftopt/precision/support/grad_scaler.hpp>
 
 namespace ftopt::precision {
 

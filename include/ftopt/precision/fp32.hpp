@@ -4,7 +4,7 @@
 ///   ftopt::Trainer<ftopt::precision::Fp32> trainer;
 
 #include <ftopt/precision/concept.hpp>
-#include <ftopt/precision/unscaled.hpp>
+#include <ftopt/precision/support/unscaled.hpp>
 
 namespace ftopt::precision {
 

@@ -13,7 +13,8 @@
 ///   - prepare leaves the float forward unchanged when no fake-quant is inserted;
 ///   - convert keeps the model's outputs within the policy's documented error.
 ///
-/// Models: quant::None.
+/// Models: quant::None, quant::DynamicInt8, quant::StaticInt8, quant::Qat (their laws:
+/// tests/quant/concept.cpp).
 
 #include <concepts>
 

@@ -10,7 +10,7 @@
 ///       ftopt::quant::DynamicInt8({.keep_float = {"classifier"}}));
 ///   ...fit...
 ///   trainer.finalize(model);          // LoRA merged, then the Linears quantized
-///   quant::save_int8(*model, "model.safetensors");   // quant/files.hpp
+///   quant::save_int8(*model, "model.safetensors");   // quant/files/int8.hpp
 ///
 /// Training is untouched (prepare does nothing); convert quantizes. Weights keep their float
 /// values in the module (so the state dict and a later re-conversion still work); the int8
@@ -29,8 +29,8 @@
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/quant/concept.hpp>
-#include <ftopt/quant/engine.hpp>
-#include <ftopt/quant/layers.hpp>
+#include <ftopt/quant/support/engine.hpp>
+#include <ftopt/quant/support/layers.hpp>
 
 namespace ftopt::quant {
 

@@ -28,7 +28,7 @@
 #include <torch/nn/module.h>
 
 #include <ftopt/quant/dynamic_int8.hpp>
-#include <ftopt/quant/observer.hpp>
+#include <ftopt/quant/support/observer.hpp>
 #include <ftopt/quant/static_int8.hpp>
 
 namespace ftopt::quant {

@@ -26,7 +26,7 @@
 
 #include <ftopt/batch.hpp>
 #include <ftopt/quant/dynamic_int8.hpp>
-#include <ftopt/quant/observer.hpp>
+#include <ftopt/quant/support/observer.hpp>
 
 namespace ftopt::quant {
 

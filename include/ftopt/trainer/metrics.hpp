@@ -11,7 +11,7 @@
 
 #include <ftopt/detail/clock.hpp>
 #include <ftopt/detail/meter.hpp>
-#include <ftopt/memory/peak.hpp>
+#include <ftopt/memory/support/peak.hpp>
 #include <ftopt/state.hpp>
 
 namespace ftopt::trainer {

@@ -1,4 +1,4 @@
-// Tests for include/ftopt/precision/grad_scaler.hpp against torch.amp.GradScaler's documented
+// Tests for include/ftopt/precision/support/grad_scaler.hpp against torch.amp.GradScaler's documented
 // algorithm (torch/amp/grad_scaler.py; the update is ATen's _amp_update_scale_:
 // inf -> scale *= backoff, tracker = 0; else tracker + 1, and at growth_interval
 // scale *= growth (if finite), tracker = 0).
@@ -8,9 +8,9 @@
 
 #include <torch/torch.h>
 
-#include <ftopt/precision/grad_scaler.hpp>
+#include <ftopt/precision/support/grad_scaler.hpp>
 
-#include "../support.hpp"
+#include "../../support.hpp"
 
 using ftopt::precision::GradScaler;
 using ftopt::precision::GradScalerOptions;

@@ -6,7 +6,7 @@
 /// `adapter_config.json` (LoraConfig's field names: peft_type, r, lora_alpha, lora_dropout,
 /// target_modules, bias, modules_to_save, use_rslora, ...). Checked against PEFT 0.21 both ways
 /// by tests/peer/lora.py. When the Python model names its modules differently from ftopt's
-/// (transformers 5's ViT), pass AdapterNames (peft/adapter_names.hpp) to all three functions.
+/// (transformers 5's ViT), pass AdapterNames (peft/files/names.hpp) to all three functions.
 ///
 ///   ftopt::peft::save_adapter(*model, trainer.peft(), "adapter");
 ///   auto lora = ftopt::peft::lora_config("adapter");               // the saved LoraOptions
@@ -24,7 +24,7 @@
 
 #include <ftopt/detail/atomic_file.hpp>
 #include <ftopt/error.hpp>
-#include <ftopt/peft/adapter_names.hpp>
+#include <ftopt/peft/files/names.hpp>
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/weights/safetensors.hpp>
 #include <ftopt/weights/state_dict.hpp>

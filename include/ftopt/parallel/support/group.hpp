@@ -46,7 +46,7 @@
 #endif
 
 #include <ftopt/error.hpp>
-#include <ftopt/parallel/environment.hpp>
+#include <ftopt/parallel/support/environment.hpp>
 
 namespace ftopt::parallel {
 

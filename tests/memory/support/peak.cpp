@@ -1,11 +1,11 @@
-// Tests for include/ftopt/memory/peak.hpp.
+// Tests for include/ftopt/memory/support/peak.hpp.
 #include <catch2/catch.hpp>
 
 #include <thread>
 
 #include <torch/torch.h>
 
-#include <ftopt/memory/peak.hpp>
+#include <ftopt/memory/support/peak.hpp>
 
 using ftopt::memory::PeakMemory;
 

@@ -21,7 +21,7 @@
 #include <ftopt/nn/conv2d.hpp>
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/nn/names.hpp>
-#include <ftopt/quant/engine.hpp>
+#include <ftopt/quant/support/engine.hpp>
 
 namespace ftopt::quant {
 
