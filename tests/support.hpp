@@ -1,5 +1,6 @@
 #pragma once
 // Helpers shared by the test sources.
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -137,6 +138,29 @@ inline Batches random_batches(int count, int size, std::uint64_t seed = 2) {
   for (int i = 0; i < count; ++i)
     batches.emplace_back(torch::randn({size, 6}), torch::randint(0, 3, {size}));
   return batches;
+}
+
+/// Gradient accumulation against one large batch: `by_four` (accumulating 4) trains the tiny ViT
+/// on 4 micro-batches of 8, `at_once` on the same 32 samples as one batch, from the same weights,
+/// with SGD; returns the largest parameter difference after that one optimizer step.
+template <class ByFour, class AtOnce>
+double accumulated_against_whole(ByFour by_four, AtOnce at_once) {
+  torch::manual_seed(30);
+  Batches micro;
+  for (int i = 0; i < 4; ++i) micro.emplace_back(torch::randn({8, 1, 28, 28}), torch::randint(0, 10, {8}));
+  std::vector<torch::Tensor> xs, ys;
+  for (auto& [x, y] : micro) xs.push_back(x), ys.push_back(y);
+  const Batches whole{{torch::cat(xs), torch::cat(ys)}};
+  auto a = tiny_vit(31), b = tiny_vit(31);
+  torch::optim::SGD opt_a(by_four.prepare(a), torch::optim::SGDOptions(0.5));
+  torch::optim::SGD opt_b(at_once.prepare(b), torch::optim::SGDOptions(0.5));
+  if (by_four.fit(a, opt_a, micro).epochs[0].optimizer_steps != 1) return std::numeric_limits<double>::infinity();
+  at_once.fit(b, opt_b, whole);
+  double worst = 0;
+  const auto pa = snapshot(*a), pb = snapshot(*b);
+  for (std::size_t i = 0; i < pa.size(); ++i)
+    worst = std::max(worst, (pa[i].to(torch::kFloat) - pb[i].to(torch::kFloat)).abs().max().item<double>());
+  return worst;
 }
 
 } // namespace ftopt::test

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 
@@ -55,26 +56,30 @@ inline std::optional<std::int64_t> integer(const std::string& value) {
   return n;
 }
 
-/// An integer option's lower bound, shown in --help and named when a value is below it.
-inline CLI::Validator at_least(std::int64_t low) {
+/// An integer option's rule, shown in --help as `description`: `why(n)` is empty when n keeps
+/// it, else what is wrong; a value that is no integer is named as such.
+template <class Why>
+CLI::Validator integer_rule(std::string description, Why why) {
   return CLI::Validator(
-      [low](std::string& value) {
+      [why](std::string& value) {
         const auto n = integer(value);
-        if (!n) return "needs an integer, got '" + value + "'";
-        return *n >= low ? std::string() : "must be >= " + std::to_string(low) + ", got " + value;
+        return n ? why(*n) : "needs an integer, got '" + value + "'";
       },
-      "(>= " + std::to_string(low) + ")");
+      std::move(description));
+}
+
+/// An integer option's lower bound.
+inline CLI::Validator at_least(std::int64_t low) {
+  return integer_rule("(>= " + std::to_string(low) + ")", [low](std::int64_t n) {
+    return n >= low ? std::string() : "must be >= " + std::to_string(low) + ", got " + std::to_string(n);
+  });
 }
 
 /// An integer option that must be a multiple of `step`.
 inline CLI::Validator multiple_of(std::int64_t step) {
-  return CLI::Validator(
-      [step](std::string& value) {
-        const auto n = integer(value);
-        if (!n) return "needs an integer, got '" + value + "'";
-        return *n % step == 0 ? std::string() : "must be a multiple of " + std::to_string(step) + ", got " + value;
-      },
-      "(a multiple of " + std::to_string(step) + ")");
+  return integer_rule("(a multiple of " + std::to_string(step) + ")", [step](std::int64_t n) {
+    return n % step == 0 ? std::string() : "must be a multiple of " + std::to_string(step) + ", got " + std::to_string(n);
+  });
 }
 
 /// The value as a number, or none when it is not one.

@@ -114,62 +114,40 @@ TEST_CASE("Fp16Mixed says where it cannot run", "[precision][fp16]") {
   }
 }
 
-TEST_CASE("A loss-scaling policy skips a NaN step and the epoch reports it", "[precision][scaler]") {
+TEST_CASE("A loss-scaling policy skips a NaN step; the epoch and train_step report it", "[precision][scaler]") {
   auto model = test::small_mlp();
   TrainerOptions options = quiet();
   options.loss = test::nan_on_call(2);
   Trainer<ScaledFp32> trainer(options);
   torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
-  std::vector<torch::Tensor> after_first;
-  test::SnapshotAt snap{1, model.get(), &after_first};
   auto batches = test::random_batches(3, 4);
-  auto stats = trainer.fit(model, optimizer, test::Batches(batches.begin(), batches.begin() + 2), snap).epochs.at(0);
-  CHECK(stats.skipped_steps == 1);
-  CHECK(stats.optimizer_steps == 1);
-  CHECK(test::same_values(after_first, test::snapshot(*model)));  // the NaN step changed nothing
-  CHECK(trainer.precision().scaler.current_scale() == 512);      // and the scale backed off
-}
-
-TEST_CASE("train_step reports a step the loss scaler skipped as not taken", "[precision][scaler][trainer]") {
-  // StepResult::stepped is the precision policy's answer, not "the window closed": the NaN loss
-  // of the first call closes a window but its step is skipped; the finite second one is taken.
-  auto model = test::small_mlp();
-  TrainerOptions options = quiet();
-  options.loss = test::nan_on_call(1);
-  Trainer<ScaledFp32> trainer(options);
-  torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
-  const auto batch = test::random_batches(1, 4).front();
-  const auto before = test::snapshot(*model);
-  CHECK_FALSE(trainer.train_step(model, optimizer, batch).stepped);
-  CHECK(test::same_values(before, test::snapshot(*model)));
-  CHECK(trainer.train_step(model, optimizer, batch).stepped);
-  CHECK_FALSE(test::same_values(before, test::snapshot(*model)));
+  SECTION("fit counts it skipped and leaves the weights") {
+    std::vector<torch::Tensor> after_first;
+    test::SnapshotAt snap{1, model.get(), &after_first};
+    auto stats = trainer.fit(model, optimizer, test::Batches(batches.begin(), batches.begin() + 2), snap).epochs.at(0);
+    CHECK(stats.skipped_steps == 1);
+    CHECK(stats.optimizer_steps == 1);
+    CHECK(test::same_values(after_first, test::snapshot(*model)));  // the NaN step changed nothing
+    CHECK(trainer.precision().scaler.current_scale() == 512);      // and the scale backed off
+  }
+  SECTION("train_step says the skipped step was not taken") {
+    // StepResult::stepped is the precision policy's answer, not "the window closed".
+    CHECK(trainer.train_step(model, optimizer, batches[0]).stepped);
+    const auto after_first = test::snapshot(*model);
+    CHECK_FALSE(trainer.train_step(model, optimizer, batches[1]).stepped);  // the NaN loss
+    CHECK(test::same_values(after_first, test::snapshot(*model)));
+    CHECK(trainer.train_step(model, optimizer, batches[2]).stepped);
+  }
 }
 
 namespace {
 
-/// The largest parameter difference between 4 accumulated micro-batches of 8 and one batch of
-/// 32, for a precision policy, with checkpointing (memory::Checkpoint on the ViT's blocks).
+/// accumulated_against_whole (support.hpp) for a precision policy, with checkpointing
+/// (memory::Checkpoint on the ViT's blocks).
 template <class Precision>
 double accumulated_against_whole() {
-  torch::manual_seed(30);
-  test::Batches micro;
-  for (int i = 0; i < 4; ++i) micro.emplace_back(torch::randn({8, 1, 28, 28}), torch::randint(0, 10, {8}));
-  std::vector<torch::Tensor> xs, ys;
-  for (auto& [x, y] : micro) xs.push_back(x), ys.push_back(y);
-  const test::Batches whole{{torch::cat(xs), torch::cat(ys)}};
-  auto a = test::tiny_vit(31), b = test::tiny_vit(31);
-  Trainer<Precision, peft::Full, memory::Checkpoint> by_four(quiet(), {}, {}, {.accumulate = 4});
-  Trainer<Precision, peft::Full, memory::Checkpoint> at_once(quiet());
-  torch::optim::SGD opt_a(by_four.prepare(a), torch::optim::SGDOptions(0.5));
-  torch::optim::SGD opt_b(at_once.prepare(b), torch::optim::SGDOptions(0.5));
-  REQUIRE(by_four.fit(a, opt_a, micro).epochs[0].optimizer_steps == 1);
-  at_once.fit(b, opt_b, whole);
-  double worst = 0;
-  const auto pa = test::snapshot(*a), pb = test::snapshot(*b);
-  for (std::size_t i = 0; i < pa.size(); ++i)
-    worst = std::max(worst, (pa[i].to(torch::kFloat) - pb[i].to(torch::kFloat)).abs().max().item<double>());
-  return worst;
+  using T = Trainer<Precision, peft::Full, memory::Checkpoint>;
+  return test::accumulated_against_whole(T(quiet(), {}, {}, {.accumulate = 4}), T(quiet()));
 }
 
 } // namespace
