@@ -90,26 +90,29 @@ inline std::optional<double> number(const std::string& value) {
   return x;
 }
 
+/// A number option's rule, shown in --help as `description`: `why(x)` is empty when x keeps it.
+template <class Why>
+CLI::Validator number_rule(std::string description, Why why) {
+  return CLI::Validator(
+      [why](std::string& value) {
+        const auto x = number(value);
+        return x ? why(*x, value) : "needs a number, got '" + value + "'";
+      },
+      std::move(description));
+}
+
 /// A number >= 0.
 inline CLI::Validator non_negative() {
-  return CLI::Validator(
-      [](std::string& value) {
-        const auto x = number(value);
-        if (!x) return "needs a number, got '" + value + "'";
-        return *x >= 0 ? std::string() : "must be >= 0, got " + value;
-      },
-      "(>= 0)");
+  return number_rule("(>= 0)", [](double x, const std::string& value) {
+    return x >= 0 ? std::string() : "must be >= 0, got " + value;
+  });
 }
 
 /// A number in [0, 1).
 inline CLI::Validator fraction() {
-  return CLI::Validator(
-      [](std::string& value) {
-        const auto x = number(value);
-        if (!x) return "needs a number, got '" + value + "'";
-        return *x >= 0 && *x < 1 ? std::string() : "must be in [0, 1), got " + value;
-      },
-      "(in [0, 1))");
+  return number_rule("(in [0, 1))", [](double x, const std::string& value) {
+    return x >= 0 && x < 1 ? std::string() : "must be in [0, 1), got " + value;
+  });
 }
 
 } // namespace detail

@@ -157,12 +157,18 @@ inline Report report() {
   return report;
 }
 
-/// Sets the intra-op thread count and reports the machine. LibTorch's own default here is 1
-/// thread on a 2-CPU machine; training wants them all. The Trainer calls it only when
-/// TrainerOptions::threads is set: a thread count the user chose stays as chosen.
-inline Report configure(const Options& options = {}) {
-  int threads = detail::threads_from(options);
+/// Sets the intra-op thread count as configure() does, without building the report (the
+/// Trainer calls it at the start of every fit that asks for threads).
+inline void set_threads(const Options& options = {}) {
+  const int threads = detail::threads_from(options);
   if (at::get_num_threads() != threads) at::set_num_threads(threads);
+}
+
+/// Sets the intra-op thread count and reports the machine. LibTorch's own default here is 1
+/// thread on a 2-CPU machine; training wants them all. The Trainer sets threads (set_threads)
+/// only when TrainerOptions::threads is set: a thread count the user chose stays as chosen.
+inline Report configure(const Options& options = {}) {
+  set_threads(options);
   return report();
 }
 

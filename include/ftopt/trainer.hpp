@@ -297,7 +297,7 @@ private:
   /// The threads (only when asked), the hardware report (once per process), fresh metrics and
   /// the schedule's base lrs.
   void begin_fit(torch::optim::Optimizer& optimizer, std::optional<std::int64_t> steps, Progress start) {
-    if (options_.threads) hardware::configure({.threads = *options_.threads});
+    if (options_.threads) hardware::set_threads({.threads = *options_.threads});
     if (options_.report_hardware && parallel_.rank() == 0) hardware::report_once(*options_.log);
     lr_.begin_fit(options_.schedule, optimizer, options_.epochs, steps, memory_.accumulation(),
                   std::exchange(resume_.base_lrs, {}));

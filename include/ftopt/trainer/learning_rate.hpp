@@ -35,11 +35,10 @@ public:
     }
   }
 
-  /// Sets the groups' lrs for optimizer step `step` (0-based); returns the first group's.
-  /// Without a schedule the lrs are left as they are.
+  /// Sets the groups' lrs for optimizer step `step` (0-based); returns the first group's. The
+  /// Trainer calls it only when there is a schedule.
   double apply(torch::optim::Optimizer& optimizer, std::int64_t step) const {
     auto& groups = optimizer.param_groups();
-    if (!schedule_) return first_lr(optimizer);
     const double factor = schedule_.factor(step);
     for (std::size_t i = 0; i < groups.size() && i < base_lrs_.size(); ++i)
       groups[i].options().set_lr(base_lrs_[i] * factor);
