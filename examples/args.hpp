@@ -1,48 +1,49 @@
 #pragma once
-// Reading the examples' command-line values, with errors that name the flag and the value.
+// The examples' command lines: `--flag value` pairs read into the variables a table names, with
+// errors that name the program, the flag and the value. (The main job, apps/finetune, has a
+// full CLI11 interface; these stay small on purpose.)
+#include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
+#include <sstream>
+#include <string>
 #include <string_view>
+#include <variant>
 
 #include <ftopt/error.hpp>
 
 namespace examples {
 
-/// A non-negative integer, or an error naming `flag` and `value`.
-inline std::int64_t count(std::string_view program, std::string_view flag, const char* value) {
-  char* end = nullptr;
-  const long long n = std::strtoll(value, &end, 10);
-  ftopt::check(end != value && *end == '\0' && n >= 0, program, ": ", flag,
-                       " needs a non-negative integer, got '", value, "'");
-  return n;
-}
+/// One option: its flag and where its value goes (a non-negative integer or any text).
+struct Option {
+  std::string_view flag;
+  std::variant<std::int64_t*, std::string*> into;
+};
 
-/// A positive number, or an error naming `flag` and `value`.
-inline double positive(std::string_view program, std::string_view flag, const char* value) {
-  char* end = nullptr;
-  const double x = std::strtod(value, &end);
-  ftopt::check(end != value && *end == '\0' && x > 0, program, ": ", flag,
-                       " needs a positive number, got '", value, "'");
-  return x;
-}
-
-/// A number in [0, 1), or an error naming `flag` and `value`.
-inline double fraction(std::string_view program, std::string_view flag, const char* value) {
-  char* end = nullptr;
-  const double x = std::strtod(value, &end);
-  ftopt::check(end != value && *end == '\0' && x >= 0 && x < 1, program, ": ", flag,
-                       " needs a number in [0, 1), got '", value, "'");
-  return x;
-}
-
-/// Reads `--flag value` pairs: `set(flag, value)` stores a value and returns false for a flag
-/// it does not know, which is an error listing the `known` ones.
-template <class Set>
-void parse_pairs(std::string_view program, int argc, char** argv, std::string_view known, Set set) {
+/// Reads `--flag value` pairs into `options`. An unknown flag (the known ones are listed), a
+/// flag without a value, or an integer option given something else is an error.
+inline void parse(std::string_view program, int argc, char** argv, std::initializer_list<Option> options) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     ftopt::check(i + 1 < argc, program, ": ", flag, " needs a value");
     const char* value = argv[++i];
-    if (!set(flag, value)) ftopt::fail(program, ": unknown option ", flag, " (known: ", known, ")");
+    const Option* option = nullptr;
+    for (const auto& o : options)
+      if (o.flag == flag) option = &o;
+    if (option == nullptr) {
+      std::ostringstream known;
+      for (const auto& o : options) known << (&o == options.begin() ? "" : ", ") << o.flag;
+      ftopt::fail(program, ": unknown option ", flag, " (known: ", known.str(), ")");
+    }
+    if (auto* text = std::get_if<std::string*>(&option->into)) {
+      **text = value;
+      continue;
+    }
+    char* end = nullptr;
+    const long long n = std::strtoll(value, &end, 10);
+    ftopt::check(end != value && *end == '\0' && n >= 0, program, ": ", flag, " needs a non-negative integer, got '",
+                 value, "'");
+    *std::get<std::int64_t*>(option->into) = n;
   }
 }
 

@@ -11,7 +11,6 @@
 #include <iomanip>
 #include <iostream>
 #include <string>
-#include <string_view>
 
 #include <torch/torch.h>
 
@@ -33,16 +32,8 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args args;
-  examples::parse_pairs("ddp", argc, argv, "--epochs, --batch, --train-limit, --data, --checkpoint",
-                        [&](std::string_view flag, const char* value) {
-    if (flag == "--epochs") args.epochs = examples::count("ddp", flag, value);
-    else if (flag == "--batch") args.batch = examples::count("ddp", flag, value);
-    else if (flag == "--train-limit") args.train_limit = examples::count("ddp", flag, value);
-    else if (flag == "--data") args.data = value;
-    else if (flag == "--checkpoint") args.checkpoint = value;
-    else return false;
-    return true;
-  });
+  examples::parse("ddp", argc, argv, {{"--epochs", &args.epochs}, {"--batch", &args.batch},
+                  {"--train-limit", &args.train_limit}, {"--data", &args.data}, {"--checkpoint", &args.checkpoint}});
   return args;
 }
 
@@ -53,10 +44,7 @@ int main(int argc, char** argv) try {
   const Args args = parse(argc, argv);
   auto train_set = ftopt::data::load_fashion_mnist(ftopt::data::Split::Train, args.data);
   auto test_set = ftopt::data::load_fashion_mnist(ftopt::data::Split::Test, args.data);
-  if (args.train_limit > 0 && args.train_limit < train_set.images.size(0)) {
-    train_set.images = train_set.images.narrow(0, 0, args.train_limit);
-    train_set.labels = train_set.labels.narrow(0, 0, args.train_limit);
-  }
+  train_set = ftopt::data::first(train_set, args.train_limit);
   const auto images = [](const torch::Tensor& t) { return t.to(torch::kFloat).div_(255.0).sub_(0.286).div_(0.353); };
 
   ftopt::TrainerOptions options{.epochs = args.epochs, .schedule = ftopt::schedule::WarmupCosine{.warmup_steps = 50},
@@ -69,9 +57,9 @@ int main(int argc, char** argv) try {
   ftopt::models::Mlp model({.in = 784, .hidden = {256, 128}, .out = 10});
   torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(2e-3).weight_decay(1e-4));
 
-  auto train = fp::from(images(train_set.images), train_set.labels) | fp::shuffle(1) | fp::shard(rank, world) |
+  auto train = fp::from(images(train_set.images), train_set.labels) | fp::shuffle(1) | fp::shard(trainer.parallel()) |
                fp::batch(args.batch);
-  auto test = fp::from(images(test_set.images), test_set.labels) | fp::shard(rank, world) | fp::batch(1000);
+  auto test = fp::from(images(test_set.images), test_set.labels) | fp::shard(trainer.parallel()) | fp::batch(1000);
   const auto fit = trainer.fit(model, optimizer, train, ftopt::callbacks::ProgressBar{});
   const auto eval = trainer.evaluate(model, test);
   if (rank == 0) {

@@ -7,7 +7,6 @@
 #include <iomanip>
 #include <iostream>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <torch/torch.h>
@@ -27,15 +26,8 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args args;
-  examples::parse_pairs("fashion_mnist", argc, argv, "--epochs, --batch, --train-limit, --data",
-                        [&](std::string_view flag, const char* value) {
-    if (flag == "--epochs") args.epochs = examples::count("fashion_mnist", flag, value);
-    else if (flag == "--batch") args.batch = examples::count("fashion_mnist", flag, value);
-    else if (flag == "--train-limit") args.train_limit = examples::count("fashion_mnist", flag, value);
-    else if (flag == "--data") args.data = value;
-    else return false;
-    return true;
-  });
+  examples::parse("fashion_mnist", argc, argv, {{"--epochs", &args.epochs}, {"--batch", &args.batch},
+                  {"--train-limit", &args.train_limit}, {"--data", &args.data}});
   return args;
 }
 
@@ -87,10 +79,7 @@ int main(int argc, char** argv) try {
   const Args args = parse(argc, argv);
   auto train_set = ftopt::data::load_fashion_mnist(ftopt::data::Split::Train, args.data);
   auto test_set = ftopt::data::load_fashion_mnist(ftopt::data::Split::Test, args.data);
-  if (args.train_limit > 0 && args.train_limit < train_set.images.size(0)) {
-    train_set.images = train_set.images.narrow(0, 0, args.train_limit);
-    train_set.labels = train_set.labels.narrow(0, 0, args.train_limit);
-  }
+  train_set = ftopt::data::first(train_set, args.train_limit);
   auto pixels = train_set.images.to(torch::kFloat).div_(255.0);
   const double mean = pixels.mean().item<double>(), std = pixels.std().item<double>();
   std::cerr << "Fashion-MNIST from " << args.data << ": " << train_set.images.size(0)

@@ -11,7 +11,6 @@
 
 #include <iostream>
 #include <string>
-#include <string_view>
 
 #include <torch/torch.h>
 
@@ -54,22 +53,14 @@ ftopt::models::ViT pretrained_vit(const std::string& path, std::int64_t heads, s
 
 int main(int argc, char** argv) try {
   Args args;
-  examples::parse_pairs("lora_finetune", argc, argv, "--weights, --heads, --epochs, --train-limit, --out, --data",
-                        [&](std::string_view flag, const char* value) {
-    if (flag == "--weights") args.weights = value;
-    else if (flag == "--out") args.out = value;
-    else if (flag == "--data") args.data = value;
-    else if (flag == "--heads") args.heads = examples::count("lora_finetune", flag, value);
-    else if (flag == "--epochs") args.epochs = examples::count("lora_finetune", flag, value);
-    else if (flag == "--train-limit") args.train_limit = examples::count("lora_finetune", flag, value);
-    else return false;
-    return true;
-  });
+  examples::parse("lora_finetune", argc, argv, {{"--weights", &args.weights}, {"--heads", &args.heads},
+                  {"--epochs", &args.epochs}, {"--train-limit", &args.train_limit}, {"--out", &args.out},
+                  {"--data", &args.data}});
   ftopt::check(!args.weights.empty(), "lora_finetune: --weights FILE is required (a ViT in Hugging Face's names)");
 
   using ftopt::data::Split;
   auto train_all = ftopt::data::load_fashion_mnist(Split::Train, args.data);
-  if (args.train_limit > 0) train_all = {train_all.images.narrow(0, 0, args.train_limit), train_all.labels.narrow(0, 0, args.train_limit)};
+  train_all = ftopt::data::first(train_all, args.train_limit);
   const auto train = ftopt::data::select_classes(train_all, {5, 6, 7, 8, 9});  // labels become 0..4
   const auto test = ftopt::data::select_classes(ftopt::data::load_fashion_mnist(Split::Test, args.data), {5, 6, 7, 8, 9});
   const auto pixels = [](const torch::Tensor& t) { return t.to(torch::kFloat).div(255).sub(0.286).div(0.353).unsqueeze(1); };

@@ -6,9 +6,8 @@
 //                                    [--quality Q] [--data DIR]
 #include <iostream>
 #include <string>
-#include <string_view>
 
-#include <ftopt/data/fashion_mnist.hpp>
+#include <ftopt/data/subsets.hpp>
 #include <ftopt/pipeline/jpeg.hpp>
 
 #include "args.hpp"
@@ -16,27 +15,19 @@
 int main(int argc, char** argv) try {
   std::string out, split = "train", data = ftopt::data::default_fashion_mnist_dir().string();
   std::int64_t limit = 0, quality = 90;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    ftopt::check(i + 1 < argc, "make_image_folder: ", flag, " needs a value");
-    const char* value = argv[++i];
-    if (flag == "--out") out = value;
-    else if (flag == "--split") split = value;
-    else if (flag == "--limit") limit = examples::count("make_image_folder", flag, value);
-    else if (flag == "--quality") quality = examples::count("make_image_folder", flag, value);
-    else if (flag == "--data") data = value;
-    else ftopt::fail("make_image_folder: unknown option ", flag, " (known: --out, --split, --limit, --quality, --data)");
-  }
+  examples::parse("make_image_folder", argc, argv, {{"--out", &out}, {"--split", &split}, {"--limit", &limit},
+                  {"--quality", &quality}, {"--data", &data}});
   ftopt::check(!out.empty(), "make_image_folder: --out DIR is required");
   ftopt::check(split == "train" || split == "test", "make_image_folder: --split must be train or test, got '",
                        split, "'");
   ftopt::check(quality >= 1 && quality <= 100, "make_image_folder: --quality must be in [1, 100], got ", quality);
   auto set = ftopt::data::load_fashion_mnist(split == "train" ? ftopt::data::Split::Train : ftopt::data::Split::Test, data);
-  if (limit > 0 && limit < set.labels.size(0)) set = {set.images.narrow(0, 0, limit), set.labels.narrow(0, 0, limit)};
+  set = ftopt::data::first(set, limit);
   std::vector<std::string> classes;
   for (std::size_t c = 0; c < ftopt::data::fashion_mnist_classes.size(); ++c) {
     // "0-T-shirt_top": the index first keeps torchvision's sorted order equal to the labels.
-    std::string name = std::to_string(c) + "-" + std::string(ftopt::data::fashion_mnist_classes[c]);
+    std::string name = std::to_string(c);
+    name.append("-").append(ftopt::data::fashion_mnist_classes[c]);
     for (char& ch : name)
       if (ch == '/' || ch == ' ') ch = '_';
     classes.push_back(name);

@@ -11,7 +11,6 @@
 #include <iomanip>
 #include <iostream>
 #include <string>
-#include <string_view>
 
 #include <torch/torch.h>
 
@@ -24,13 +23,7 @@ int main(int argc, char** argv) try {
   namespace fp = ftopt::pipeline;
   std::string train;
   std::int64_t epochs = 2, workers = 2;
-  examples::parse_pairs("pipeline", argc, argv, "--train, --epochs, --workers", [&](std::string_view flag, const char* value) {
-    if (flag == "--train") train = value;
-    else if (flag == "--epochs") epochs = examples::count("pipeline", flag, value);
-    else if (flag == "--workers") workers = examples::count("pipeline", flag, value);
-    else return false;
-    return true;
-  });
+  examples::parse("pipeline", argc, argv, {{"--train", &train}, {"--epochs", &epochs}, {"--workers", &workers}});
   ftopt::check(!train.empty(), "pipeline: --train DIR is required (an ImageFolder: build/examples/make_image_folder)");
 
   auto batches = fp::from(fp::ImageFolder(train))

@@ -49,8 +49,7 @@ int run(const Options& args, M (*make_model)(const Options&, std::int64_t), ftop
   const auto make = [&](std::int64_t classes) { return make_model(args, classes); };
   auto train_all = ftopt::data::load_fashion_mnist(ftopt::data::Split::Train, args.data);
   auto test_all = ftopt::data::load_fashion_mnist(ftopt::data::Split::Test, args.data);
-  if (args.train_limit > 0 && args.train_limit < train_all.labels.size(0))
-    train_all = {train_all.images.narrow(0, 0, args.train_limit), train_all.labels.narrow(0, 0, args.train_limit)};
+  train_all = ftopt::data::first(train_all, args.train_limit);
   auto pixels = train_all.images.to(torch::kFloat).div_(255.0);
   const double mean = pixels.mean().item<double>(), std = pixels.std().item<double>();
   ftopt::TrainerOptions options{.epochs = args.epochs, .clip_grad_norm = 1.0,

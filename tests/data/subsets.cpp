@@ -16,6 +16,15 @@ data::LabelledImages toy() {
 }
 } // namespace
 
+TEST_CASE("first keeps the first n samples; 0 or more than there are keeps all", "[data]") {
+  auto three = data::first(toy(), 3);
+  CHECK(torch::equal(three.labels, torch::tensor({0, 5, 1}, torch::kLong)));
+  CHECK(torch::equal(three.images.select(1, 0).select(1, 0).to(torch::kLong), torch::tensor({0, 5, 1}, torch::kLong)));
+  CHECK(data::first(toy(), 0).labels.size(0) == 8);
+  CHECK(data::first(toy(), 100).labels.size(0) == 8);
+  CHECK_THAT(test::message_of([] { data::first(toy(), -1); }), Catch::Contains("sample count must be >= 0, got -1"));
+}
+
 TEST_CASE("select_classes keeps and renumbers the chosen classes", "[data]") {
   auto part = data::select_classes(toy(), {5, 9});
   CHECK(torch::equal(part.labels, torch::tensor({0, 1, 0, 1}, torch::kLong)));

@@ -23,65 +23,13 @@
 
 #include "../support.hpp"
 #include "ddp_data.hpp"
+#include "ranks.hpp"
 
 using namespace ftopt;
 using Catch::Matchers::Contains;
 using ftopt::test::ScratchDir;
 
 namespace ddp_test {
-
-/// Sets an environment variable for the scope, restoring the old value after.
-class ScopedEnv {
-public:
-  ScopedEnv(std::string name, const char* value) : name_(std::move(name)) {
-    if (const char* old = std::getenv(name_.c_str())) old_ = old;
-    if (value) ::setenv(name_.c_str(), value, 1);
-    else ::unsetenv(name_.c_str());
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_.c_str(), old_->c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-
-private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-struct Ranks {
-  parallel::LaunchResult result;
-  std::vector<std::string> logs;
-  double seconds = 0;
-};
-
-/// Runs the worker as `nproc` ranks with `args`, outputs in `dir`.
-Ranks run_workers(const ScratchDir& dir, std::vector<std::string> args, int nproc = 2,
-                  std::chrono::milliseconds grace = std::chrono::seconds(30)) {
-  args.insert(args.begin(), {FTOPT_DDP_WORKER, "--out", dir.path.string()});
-  std::ostringstream launcher_log;
-  const auto start = std::chrono::steady_clock::now();
-  Ranks ranks;
-  ranks.result = parallel::launch({.nproc = nproc, .log_dir = dir.path / "logs", .grace = grace, .log = &launcher_log}, args);
-  ranks.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (int r = 0; r < nproc; ++r) ranks.logs.push_back(read_text(dir.path / "logs" / ("rank" + std::to_string(r) + ".log")));
-  return ranks;
-}
-
-/// What a worker wrote: name -> tensor.
-std::map<std::string, torch::Tensor> load(const std::filesystem::path& path) {
-  torch::serialize::InputArchive archive;
-  archive.load_from(path.string());
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& key : archive.keys()) archive.read(key, out[key]);
-  return out;
-}
 
 struct Reference {
   std::map<std::string, torch::Tensor> params;
@@ -211,12 +159,6 @@ static void check_alone_equals_single(torch::Device device) {
   auto ddp = run(Trainer<precision::Fp32, peft::Full, memory::None, parallel::Ddp>(
       options, {}, {}, {}, parallel::Ddp({.environment = parallel::Environment{}})));
   CHECK(test::same_values(single, ddp));
-}
-
-static bool have_gloo() {
-  if (parallel::has_backend(parallel::Backend::Gloo)) return true;
-  test::skip("this build has no Gloo backend");
-  return false;
 }
 
 TEST_CASE("Ddp alone (WORLD_SIZE 1) trains exactly as Single", "[parallel][ddp]") {

@@ -6,6 +6,8 @@
 //                      window (before any reduction), when --accumulate > 1
 //   epoch_loss         the Trainer's epoch loss (averaged over all ranks)
 //   reduced_elements   what each synchronizing step all-reduces
+// --laws instead measures the Parallel laws (laws.hpp) on parallel::Ddp and writes the distances
+// (broadcast, local, synced, reduce) with rank and world.
 // Faults: --die-at K kills rank --victim (1) with SIGKILL at its K-th loss evaluation,
 // --hang-at K makes it sleep there instead.
 #include <csignal>
@@ -23,6 +25,7 @@
 #include <ftopt/trainer.hpp>
 
 #include "ddp_data.hpp"
+#include "laws.hpp"
 
 namespace {
 
@@ -39,6 +42,7 @@ struct Args {
   int hang_at = 0;
   std::string checkpoint;
   std::string resume;
+  bool laws = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -49,6 +53,7 @@ Args parse(int argc, char** argv) {
     if (flag == "--static-graph") { args.ddp.static_graph = true; continue; }
     if (flag == "--bucket-view") { args.ddp.gradient_as_bucket_view = true; continue; }
     if (flag == "--find-unused") { args.ddp.find_unused_parameters = true; continue; }
+    if (flag == "--laws") { args.laws = true; continue; }
     ftopt::detail::check(i + 1 < argc, "ddp_worker: ", flag, " needs a value");
     const std::string value = argv[++i];
     if (flag == "--out") args.out = value;
@@ -94,7 +99,7 @@ int train(const Args& args, Peft peft) {
   const auto& ddp = trainer.parallel();
   auto [x, y] = ftopt::test::ddp::data(args.steps);
   const std::int64_t micro = kBatch / ddp.world_size() / args.accumulate;
-  auto batches = fp::from(x, y) | fp::shard(ddp.rank(), ddp.world_size()) | fp::batch(micro);
+  auto batches = fp::from(x, y) | fp::shard(ddp) | fp::batch(micro);
   torch::serialize::OutputArchive archive;
   // The gradients after the first micro-batch of the first window: local, not yet reduced.
   struct RecordFirst {
@@ -116,10 +121,24 @@ int train(const Args& args, Peft peft) {
   return 0;
 }
 
+int laws(const Args& args) {
+  ftopt::parallel::Ddp ddp(args.ddp);
+  const auto d = ftopt::test::laws::measure(ddp);
+  torch::serialize::OutputArchive archive;
+  archive.write("rank", torch::tensor(d.rank));
+  archive.write("world", torch::tensor(d.world));
+  for (const auto& [name, value] : {std::pair{"broadcast", d.broadcast}, std::pair{"local", d.local},
+                                    std::pair{"synced", d.synced}, std::pair{"reduce", d.reduce}})
+    archive.write(name, torch::tensor(value, torch::kDouble));
+  archive.save_to(args.out + "/rank" + std::to_string(d.rank) + ".pt");
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) try {
   const Args args = parse(argc, argv);
+  if (args.laws) return laws(args);
   const bool lora = args.peft == "lora";
   if (args.precision == "bf16")
     return lora ? train<ftopt::precision::Bf16Mixed>(args, ftopt::test::ddp::lora())

@@ -1,7 +1,9 @@
 #pragma once
-/// Parts of a labelled dataset: a subset of its classes (the fine-tuning story: pretrain on
-/// classes 0-4, fine-tune on 5-9) and a seeded train/validation split.
+/// Parts of a labelled dataset: its first samples (a quick run's slice), a subset of its classes
+/// (the fine-tuning story: pretrain on classes 0-4, fine-tune on 5-9) and a seeded
+/// train/validation split.
 ///
+///   auto slice = ftopt::data::first(train, 2000);                         // 0: all of them
 ///   auto pretrain = ftopt::data::select_classes(train, {0, 1, 2, 3, 4});   // labels stay 0..4
 ///   auto finetune = ftopt::data::select_classes(train, {5, 6, 7, 8, 9});   // labels become 0..4
 ///   auto [fit_part, validation] = ftopt::data::split(finetune, 0.1, /*seed=*/1);
@@ -20,6 +22,13 @@
 #include <ftopt/error.hpp>
 
 namespace ftopt::data {
+
+/// The first `n` samples; all of them when n is 0 or at least the set's size.
+inline LabelledImages first(const LabelledImages& set, std::int64_t n) {
+  ftopt::detail::check(n >= 0, "data::first: the sample count must be >= 0, got ", n);
+  if (n == 0 || n >= set.labels.size(0)) return set;
+  return {set.images.narrow(0, 0, n), set.labels.narrow(0, 0, n)};
+}
 
 /// The samples whose label is one of `classes`, in their original order. With `relabel`, the
 /// labels become positions in `classes` (classes {5, 9} -> labels 0 and 1).

@@ -4,7 +4,7 @@
 ///   ftopt::Trainer<ftopt::precision::Fp32, ftopt::peft::Lora, ftopt::memory::None,
 ///                  ftopt::parallel::Ddp> trainer(options, {}, lora, {}, parallel::Ddp({.bucket_cap_mb = 25}));
 ///   auto batches = fp::from(images, labels) | fp::shuffle(1)
-///                | fp::shard(trainer.parallel().rank(), trainer.parallel().world_size()) | fp::batch(64);
+///                | fp::shard(trainer.parallel()) | fp::batch(64);
 ///
 /// Started by a launcher (ftopt-launch, torchrun, an srun/mpirun script) that sets MASTER_ADDR,
 /// MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK (parallel::Environment); alone, it is rank 0 of 1.

@@ -39,21 +39,23 @@ struct DeviceAugmentOptions {
 namespace detail {
 
 /// A stream stage: f(element, epoch, index) applied to each element of the range before it,
-/// once per element, on the consumer's thread.
+/// once per element, on the consumer's thread. F is a named function object, so the stage stays
+/// default-constructible and assignable, as a range-v3 view must be.
 template <class Up, class F, Kind K, Place P>
-class Mapped {
+class Mapped : public View {
 public:
   static constexpr Kind kind = K;
   static constexpr Place place = P;
   static constexpr bool indexed = false;
 
 private:
-  using UpIterator = decltype(std::declval<Up&>().begin());
-  using UpSentinel = decltype(std::declval<Up&>().end());
+  using UpIterator = ranges::iterator_t<Up>;
+  using UpSentinel = ranges::sentinel_t<Up>;
 
 public:
-  using value_type = std::remove_cvref_t<std::invoke_result_t<const F&, std::iter_reference_t<UpIterator>,
+  using value_type = std::remove_cvref_t<std::invoke_result_t<const F&, ranges::iter_reference_t<UpIterator>,
                                                                std::uint64_t, std::int64_t>>;
+  Mapped() = default;
   Mapped(Up up, F f) : up_(std::move(up)), f_(std::move(f)) {}
 
   struct sentinel {
@@ -61,7 +63,11 @@ public:
   };
   class iterator {
   public:
+    using iterator_concept = std::input_iterator_tag;
+    using iterator_category = std::input_iterator_tag;  // as IndexedRange's iterator
     using value_type = Mapped::value_type;
+    using reference = const value_type&;
+    using pointer = const value_type*;
     using difference_type = std::ptrdiff_t;
     iterator() = default;
     iterator(UpIterator it, const F* f, std::uint64_t epoch) : it_(std::move(it)), f_(f), epoch_(epoch) {}
@@ -90,14 +96,18 @@ public:
     next_epoch_ = epoch;
     if constexpr (requires { up_.set_epoch(epoch); }) up_.set_epoch(epoch);
   }
-  iterator begin() { return {up_.begin(), &f_, next_epoch_++}; }
-  sentinel end() { return {up_.end()}; }
+  iterator begin() { return {ranges::begin(up_), &f_, next_epoch_++}; }
+  sentinel end() { return {ranges::end(up_)}; }
   std::int64_t size() const
-    requires requires(const Up& u) { u.size(); }
+    requires ranges::sized_range<const Up>
   {
-    return up_.size();
+    return static_cast<std::int64_t>(ranges::size(up_));
   }
-  std::shared_ptr<Stats> stats() const { return up_.stats(); }
+  std::shared_ptr<Stats> stats() const
+    requires requires(const Up& u) { u.stats(); }
+  {
+    return up_.stats();
+  }
 
 private:
   Up up_;
@@ -107,7 +117,7 @@ private:
 
 template <Kind K, Place P, class R, class F>
 auto mapped(R&& range, F f) {
-  return Mapped<Held<R>, F, K, P>(std::forward<R>(range), std::move(f));
+  return Mapped<Held<R>, F, K, P>(hold(std::forward<R>(range)), std::move(f));
 }
 
 /// Per-sample factors uniform in [1 - spread, 1 + spread], shaped [N, 1, 1, 1].
@@ -147,33 +157,59 @@ inline Batch augment_batch(const Batch& batch, const DeviceAugmentOptions& o, st
   return {x, batch.second};
 }
 
+struct PinBatch {
+  Batch operator()(const Batch& b, std::uint64_t, std::int64_t) const {
+    if (!at::globalContext().hasCUDA()) return b;
+    return {b.first.pin_memory(), b.second.pin_memory()};
+  }
+};
+
+struct BatchToDevice {
+  c10::Device device{c10::kCPU};
+  bool non_blocking = true;
+  Batch operator()(const Batch& b, std::uint64_t, std::int64_t) const {
+    return {b.first.to(device, non_blocking), b.second.to(device, non_blocking)};
+  }
+};
+
+struct AugmentBatch {
+  DeviceAugmentOptions options;
+  Batch operator()(const Batch& b, std::uint64_t epoch, std::int64_t index) const {
+    return augment_batch(b, options, epoch, index);
+  }
+};
+
+/// What the batch stages at the end take: batches, from an ftopt stage at a known place or
+/// from any range of batches.
+template <class Up>
+consteval bool takes_batches() {
+  static_assert(Traits<Up>::kind == Kind::Batches, "ftopt::pipeline: pin_memory(), to_device() and device_augment() "
+                                                   "take batches: put them after batch() (and prefetch())");
+  return true;
+}
+
 } // namespace detail
 
 /// Host batches into page-locked memory (CUDA builds); unchanged where LibTorch has no CUDA.
 inline auto pin_memory() {
   return detail::adaptor([]<class R>(R&& range) {
-    using Up = detail::Held<R>;
-    static_assert(Up::kind == Kind::Batches && Up::place == Place::Host,
-                  "ftopt::pipeline: pin_memory() takes batches on the host: put it after batch() (and prefetch()) "
-                  "and before to_device()");
-    return detail::mapped<Kind::Batches, Place::Pinned>(std::forward<R>(range),
-                                                         [](const Batch& b, std::uint64_t, std::int64_t) -> Batch {
-                                                           if (!at::globalContext().hasCUDA()) return b;
-                                                           return {b.first.pin_memory(), b.second.pin_memory()};
-                                                         });
+    using Up = detail::Traits<detail::Held<R>>;
+    static_assert(detail::takes_batches<detail::Held<R>>());
+    static_assert(!Up::knows_place || Up::place == Place::Host,
+                  "ftopt::pipeline: pin_memory() takes batches on the host: put it before to_device()");
+    return detail::mapped<Kind::Batches, Place::Pinned>(std::forward<R>(range), detail::PinBatch{});
   });
 }
 
 /// Batches to `device` (non-blocking from pinned memory).
 inline auto to_device(c10::Device device, bool non_blocking = true) {
   return detail::adaptor([device, non_blocking]<class R>(R&& range) {
-    using Up = detail::Held<R>;
-    static_assert(Up::kind == Kind::Batches && Up::place != Place::Device,
+    using Up = detail::Traits<detail::Held<R>>;
+    static_assert(detail::takes_batches<detail::Held<R>>());
+    static_assert(!Up::knows_place || Up::place != Place::Device,
                   "ftopt::pipeline: to_device() takes host batches: put it after batch() (and pin_memory()), once");
-    return detail::mapped<Kind::Batches, Place::Device>(
-        std::forward<R>(range), [device, non_blocking](const Batch& b, std::uint64_t, std::int64_t) -> Batch {
-          return {b.first.to(device, non_blocking), b.second.to(device, non_blocking)};
-        });
+    return detail::mapped<Kind::Batches, Place::Device>(std::forward<R>(range),
+                                                         detail::BatchToDevice{device, non_blocking});
   });
 }
 
@@ -187,13 +223,11 @@ inline auto device_augment(DeviceAugmentOptions options) {
                        "pipeline::device_augment: horizontal_flip must be in [0, 1], brightness and contrast in "
                        "[0, 1), got ", options.horizontal_flip, ", ", options.brightness, ", ", options.contrast);
   return detail::adaptor([options = std::move(options)]<class R>(R&& range) {
-    using Up = detail::Held<R>;
-    static_assert(Up::kind == Kind::Batches && Up::place == Place::Device,
+    using Up = detail::Traits<detail::Held<R>>;
+    static_assert(detail::takes_batches<detail::Held<R>>());
+    static_assert(!Up::knows_place || Up::place == Place::Device,
                   "ftopt::pipeline: device_augment() works on batches on their device: put it after to_device()");
-    return detail::mapped<Kind::Batches, Place::Device>(
-        std::forward<R>(range), [options](const Batch& b, std::uint64_t epoch, std::int64_t index) {
-          return detail::augment_batch(b, options, epoch, index);
-        });
+    return detail::mapped<Kind::Batches, Place::Device>(std::forward<R>(range), detail::AugmentBatch{options});
   });
 }
 

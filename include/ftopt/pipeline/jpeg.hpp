@@ -172,6 +172,7 @@ class Decoded : public Over<Up, Decoded<Up>> {
 public:
   static constexpr Kind kind = Kind::Samples;
 
+  Decoded() = default;
   Decoded(Up up, DecodeOptions options) : Over<Up, Decoded<Up>>(std::move(up)), options_(options) {}
   Sample at(std::int64_t k) const {
     const File file = this->up_.at(k);
@@ -197,10 +198,11 @@ private:
 inline auto decode_jpeg(DecodeOptions options = {}) {
   return detail::adaptor([options]<class R>(R&& range) {
     using Up = detail::Held<R>;
-    static_assert(Up::kind == Kind::Files, "ftopt::pipeline: decode_jpeg() decodes files: put it right after an "
-                                           "ImageFolder source (and its shuffle/shard)");
-    static_assert(Up::indexed, "ftopt::pipeline: decode_jpeg() runs on the workers: put it before prefetch()");
-    return detail::Decoded<Up>(std::forward<R>(range), options);
+    static_assert(detail::Traits<Up>::kind == Kind::Files, "ftopt::pipeline: decode_jpeg() decodes files: put it "
+                                                           "right after an ImageFolder source (and its shuffle/shard)");
+    static_assert(detail::Traits<Up>::indexed, "ftopt::pipeline: decode_jpeg() decodes files by index, on the "
+                                               "workers: put it before prefetch() and before any range view");
+    return detail::Decoded<Up>(detail::hold(std::forward<R>(range)), options);
   });
 }
 

@@ -9,7 +9,9 @@
 /// start to a multiple of `world`, and rank r takes positions r, r + world, r + 2 world, ...;
 /// every rank gets ceil(N / world) samples, the ranks' shares are disjoint but for the padding
 /// and together cover the set. Shuffle before shard, with the same seed on every rank.
+/// `shard(trainer.parallel())` takes the rank and world size from the Trainer's Parallel policy.
 
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -33,6 +35,7 @@ public:
   static constexpr Place place = Up::place;
   static constexpr bool indexed = true;
 
+  Over() = default;
   explicit Over(Up up) : up_(std::move(up)) {}
   std::shared_ptr<Stats> stats() const { return up_.stats(); }
   std::int64_t size() const { return up_.size(); }
@@ -46,6 +49,7 @@ protected:
 template <class Up>
 class Shuffled : public Over<Up, Shuffled<Up>> {
 public:
+  Shuffled() = default;
   Shuffled(Up up, std::uint64_t seed) : Over<Up, Shuffled<Up>>(std::move(up)), seed_(seed) {}
   auto at(std::int64_t k) const { return this->up_.at(position(k)); }
   std::int64_t key(std::int64_t k) const { return this->up_.key(position(k)); }
@@ -57,13 +61,14 @@ public:
 
 private:
   std::int64_t position(std::int64_t k) const { return order_.data_ptr<std::int64_t>()[k]; }
-  std::uint64_t seed_;
+  std::uint64_t seed_ = 0;
   at::Tensor order_;
 };
 
 template <class Up>
 class Sharded : public Over<Up, Sharded<Up>> {
 public:
+  Sharded() = default;
   Sharded(Up up, std::int64_t rank, std::int64_t world)
       : Over<Up, Sharded<Up>>(std::move(up)), rank_(rank), world_(world) {
     ftopt::detail::check(world >= 1 && rank >= 0 && rank < world, "pipeline::shard: rank must be in [0, world), got rank ",
@@ -76,14 +81,14 @@ public:
 
 private:
   std::int64_t position(std::int64_t k) const { return (rank_ + k * world_) % this->up_.size(); }
-  std::int64_t rank_, world_;
+  std::int64_t rank_ = 0, world_ = 1;
 };
 
 template <class R>
-consteval bool check_order_stage(const char*) {
-  static_assert(R::indexed, "ftopt::pipeline: shuffle() and shard() choose samples before any worker runs: put "
+consteval bool check_order_stage() {
+  static_assert(Traits<R>::indexed, "ftopt::pipeline: shuffle() and shard() choose samples before any worker runs: put "
                             "them before prefetch()");
-  static_assert(R::kind != Kind::Batches, "ftopt::pipeline: shuffle() and shard() order samples: put them before "
+  static_assert(Traits<R>::kind != Kind::Batches, "ftopt::pipeline: shuffle() and shard() order samples: put them before "
                                           "batch()");
   return true;
 }
@@ -93,17 +98,27 @@ consteval bool check_order_stage(const char*) {
 /// A new order each pass, drawn from seed + epoch.
 inline auto shuffle(std::uint64_t seed) {
   return detail::adaptor([seed]<class R>(R&& range) {
-    static_assert(detail::check_order_stage<detail::Held<R>>("shuffle"));
-    return detail::Shuffled<detail::Held<R>>(std::forward<R>(range), seed);
+    static_assert(detail::check_order_stage<detail::Held<R>>());
+    return detail::Shuffled<detail::Held<R>>(detail::hold(std::forward<R>(range)), seed);
   });
 }
 
 /// This rank's share of every pass (DistributedSampler semantics).
 inline auto shard(std::int64_t rank, std::int64_t world) {
   return detail::adaptor([rank, world]<class R>(R&& range) {
-    static_assert(detail::check_order_stage<detail::Held<R>>("shard"));
-    return detail::Sharded<detail::Held<R>>(std::forward<R>(range), rank, world);
+    static_assert(detail::check_order_stage<detail::Held<R>>());
+    return detail::Sharded<detail::Held<R>>(detail::hold(std::forward<R>(range)), rank, world);
   });
+}
+
+/// This rank's share, with the rank and world size of a Parallel policy (`trainer.parallel()`).
+template <class Parallel>
+  requires requires(const Parallel& p) {
+    { p.rank() } -> std::convertible_to<std::int64_t>;
+    { p.world_size() } -> std::convertible_to<std::int64_t>;
+  }
+auto shard(const Parallel& parallel) {
+  return shard(static_cast<std::int64_t>(parallel.rank()), static_cast<std::int64_t>(parallel.world_size()));
 }
 
 } // namespace ftopt::pipeline

@@ -11,6 +11,7 @@
 /// consumer waited (Stats::wait_seconds) and the passes' wall time (Stats::pass_seconds).
 
 #include <condition_variable>
+#include <iterator>
 #include <cstdint>
 #include <exception>
 #include <map>
@@ -36,13 +37,14 @@ struct PrefetchOptions {
 namespace detail {
 
 template <class Up>
-class Prefetched {
+class Prefetched : public View {
 public:
   static constexpr Kind kind = Up::kind;
   static constexpr Place place = Up::place;
   static constexpr bool indexed = false;
   using value_type = std::remove_cvref_t<decltype(std::declval<const Up&>().at(0))>;
 
+  Prefetched() = default;
   Prefetched(Up up, PrefetchOptions options) : up_(std::move(up)), options_(options) {
     ftopt::detail::check(options_.workers >= 1, "pipeline::prefetch: workers must be >= 1, got ", options_.workers);
     ftopt::detail::check(options_.depth >= 0, "pipeline::prefetch: depth must be >= 0, got ", options_.depth);
@@ -138,7 +140,11 @@ public:
   /// An input iterator; copies share the pass.
   class iterator {
   public:
+    using iterator_concept = std::input_iterator_tag;
+    using iterator_category = std::input_iterator_tag;  // as IndexedRange's iterator
     using value_type = Prefetched::value_type;
+    using reference = const value_type&;
+    using pointer = const value_type*;
     using difference_type = std::ptrdiff_t;
     iterator() = default;
     explicit iterator(std::shared_ptr<Pass> pass) : pass_(std::move(pass)) { fetch(); }
@@ -187,10 +193,10 @@ private:
 inline auto prefetch(PrefetchOptions options = {}) {
   return detail::adaptor([options]<class R>(R&& range) {
     using Up = detail::Held<R>;
-    static_assert(Up::indexed, "ftopt::pipeline: prefetch() computes the indexed stages before it (decode_jpeg, "
-                               "cache, augment, batch) on workers: use it once, after batch(), and before "
-                               "pin_memory() / to_device()");
-    return detail::Prefetched<Up>(std::forward<R>(range), options);
+    static_assert(detail::Traits<Up>::indexed, "ftopt::pipeline: prefetch() computes the indexed stages before it "
+                                               "(decode_jpeg, cache, augment, batch) on workers: use it once, after "
+                                               "batch(), and before pin_memory() / to_device() and any range view");
+    return detail::Prefetched<Up>(detail::hold(std::forward<R>(range)), options);
   });
 }
 

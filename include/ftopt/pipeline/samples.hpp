@@ -135,6 +135,7 @@ inline void validate(const RandomCrop& c) {
 template <class Up>
 class Cached : public Over<Up, Cached<Up>> {
 public:
+  Cached() = default;
   Cached(Up up, std::int64_t max_bytes) : Over<Up, Cached<Up>>(std::move(up)), max_bytes_(max_bytes) {}
   Sample at(std::int64_t k) const {
     const std::int64_t id = this->key(k);
@@ -165,13 +166,14 @@ private:
     std::unordered_map<std::int64_t, Sample> samples;
     std::int64_t bytes = 0;
   };
-  std::int64_t max_bytes_;
+  std::int64_t max_bytes_ = -1;
   std::shared_ptr<Store> store_ = std::make_shared<Store>();
 };
 
 template <class Up>
 class Augmented : public Over<Up, Augmented<Up>> {
 public:
+  Augmented() = default;
   Augmented(Up up, AugmentOptions options) : Over<Up, Augmented<Up>>(std::move(up)), options_(std::move(options)) {
     ftopt::detail::check(options_.horizontal_flip >= 0 && options_.horizontal_flip <= 1,
                          "pipeline::augment: horizontal_flip is a probability, got ", options_.horizontal_flip);
@@ -204,6 +206,7 @@ class Batched : public Over<Up, Batched<Up>> {
 public:
   static constexpr Kind kind = Kind::Batches;
 
+  Batched() = default;
   Batched(Up up, std::int64_t size, bool drop_last)
       : Over<Up, Batched<Up>>(std::move(up)), batch_(size), drop_last_(drop_last) {
     ftopt::detail::check(size >= 1, "pipeline::batch: the batch size must be >= 1, got ", size);
@@ -236,16 +239,16 @@ public:
   }
 
 private:
-  std::int64_t batch_;
-  bool drop_last_;
+  std::int64_t batch_ = 1;
+  bool drop_last_ = false;
 };
 
 template <class Up>
 consteval bool check_sample_stage() {
-  static_assert(Up::kind == Kind::Samples, "ftopt::pipeline: cache(), augment() and batch() take decoded samples: "
+  static_assert(Traits<Up>::kind == Kind::Samples, "ftopt::pipeline: cache(), augment() and batch() take decoded samples: "
                                            "put decode_jpeg() before them, and batch() after them");
-  static_assert(Up::indexed, "ftopt::pipeline: cache(), augment() and batch() run on the workers: put them before "
-                             "prefetch()");
+  static_assert(Traits<Up>::indexed, "ftopt::pipeline: cache(), augment() and batch() compute samples by index, "
+                                     "on the workers: put them before prefetch() and before any range view");
   return true;
 }
 
@@ -255,7 +258,7 @@ consteval bool check_sample_stage() {
 inline auto cache(std::int64_t max_bytes = -1) {
   return detail::adaptor([max_bytes]<class R>(R&& range) {
     static_assert(detail::check_sample_stage<detail::Held<R>>());
-    return detail::Cached<detail::Held<R>>(std::forward<R>(range), max_bytes);
+    return detail::Cached<detail::Held<R>>(detail::hold(std::forward<R>(range)), max_bytes);
   });
 }
 
@@ -263,7 +266,7 @@ inline auto cache(std::int64_t max_bytes = -1) {
 inline auto augment(AugmentOptions options) {
   return detail::adaptor([options = std::move(options)]<class R>(R&& range) {
     static_assert(detail::check_sample_stage<detail::Held<R>>());
-    return detail::Augmented<detail::Held<R>>(std::forward<R>(range), options);
+    return detail::Augmented<detail::Held<R>>(detail::hold(std::forward<R>(range)), options);
   });
 }
 
@@ -271,7 +274,7 @@ inline auto augment(AugmentOptions options) {
 inline auto batch(std::int64_t size, bool drop_last = false) {
   return detail::adaptor([size, drop_last]<class R>(R&& range) {
     static_assert(detail::check_sample_stage<detail::Held<R>>());
-    return detail::Batched<detail::Held<R>>(std::forward<R>(range), size, drop_last);
+    return detail::Batched<detail::Held<R>>(detail::hold(std::forward<R>(range)), size, drop_last);
   });
 }
 

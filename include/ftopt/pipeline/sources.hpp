@@ -31,6 +31,7 @@ public:
   static constexpr Place place = Place::Host;
   static constexpr bool indexed = true;
 
+  Tensors() = default;
   Tensors(at::Tensor data, at::Tensor targets) : data_(std::move(data)), targets_(std::move(targets)) {
     ftopt::detail::check(data_.dim() >= 1 && targets_.dim() >= 1 && data_.size(0) == targets_.size(0),
                          "pipeline::from: data and targets need the same first dimension, got ", data_.sizes(),
@@ -56,6 +57,7 @@ public:
   static constexpr Place place = Place::Host;
   static constexpr bool indexed = true;
 
+  ImageFolder() = default;
   explicit ImageFolder(const std::filesystem::path& root) {
     namespace fs = std::filesystem;
     std::error_code ec;

@@ -1,6 +1,6 @@
 #pragma once
 /// The machinery every Pipeline stage shares: what flows (files, samples, batches), where it
-/// lives (host, pinned, device), the two kinds of stage, and the `|` that composes them.
+/// lives (host, pinned, device), the two kinds of stage, and how they compose.
 ///
 /// Indexed stages (sources, shuffle, shard, decode_jpeg, cache, augment, batch) compute element
 /// k of the current pass on demand, from any thread: `size()`, `at(k)`, `key(k)` (the source
@@ -10,9 +10,14 @@
 /// Stream stages (prefetch, pin_memory, to_device, device_augment) are input ranges over what
 /// comes before them.
 ///
-/// Every stage is an adaptor with both call forms: `stage(range)` and `range | stage`. Each
-/// declares, as static members, what it produces (`kind`, `place`, `indexed`), and checks at
-/// compile time what it consumes, so a stage out of order fails with one sentence.
+/// Every stage is a range-v3 view, and every stage function returns a range-v3 view closure:
+/// `stage(range)` and `range | stage` build it, and closures compose before any source exists
+/// (`auto prep = decode_jpeg() | augment(o) | batch(64); auto batches = folder | prep;`), with
+/// each other and with range-v3's own adaptors. Each stage declares, as static members, what it
+/// produces (`kind`, `place`, `indexed`), and checks at compile time what it consumes, so a
+/// stage out of order fails with one sentence. A range view between stages (range-v3's, or any
+/// range of files, samples or batches) counts by its element type; it is not indexed, so it
+/// can feed the stream stages only, and ftopt does not know where its batches live.
 
 #include <atomic>
 #include <concepts>
@@ -22,6 +27,12 @@
 #include <memory>
 #include <type_traits>
 #include <utility>
+
+#include <ranges>
+
+#include <range/v3/range/concepts.hpp>
+#include <range/v3/view/all.hpp>
+#include <range/v3/view/view.hpp>
 
 #include <ATen/ATen.h>
 
@@ -97,12 +108,21 @@ concept IndexedStage = requires(const S& s, S& m, std::int64_t k, std::uint64_t 
 /// Iterating an indexed stage on the consumer's thread: begin() starts a pass (the epoch set by
 /// set_epoch, then the next one), each dereference computes at(k). Derived provides size(),
 /// at(k) and prepare_pass(epoch).
+/// The base of every stage: a view to range-v3 and to std::ranges alike.
+struct View : ranges::view_base, std::ranges::view_base {};
+
 template <class Derived>
-class IndexedRange {
+class IndexedRange : public View {
 public:
   class iterator {
   public:
+    // The C++17 member types too: range-v3 wraps iterators (counted_iterator in views::take)
+    // by their std::iterator_traits.
+    using iterator_concept = std::input_iterator_tag;
+    using iterator_category = std::input_iterator_tag;
     using value_type = std::remove_cvref_t<decltype(std::declval<const Derived&>().at(0))>;
+    using reference = value_type;
+    using pointer = void;
     using difference_type = std::ptrdiff_t;
     iterator() = default;
     iterator(const Derived* owner, std::int64_t k) : owner_(owner), k_(k) {}
@@ -132,38 +152,78 @@ private:
   std::uint64_t next_epoch_ = 0;
 };
 
-/// The closure of an adaptor: applied to a range it builds the stage.
+/// A stage function's result: a range-v3 view closure that builds the stage from a range.
 template <class Make>
-struct Adaptor {
-  Make make;
-  template <class R>
-  auto operator()(R&& range) const {
-    return make(std::forward<R>(range));
-  }
-};
-
-template <class T>
-struct is_adaptor : std::false_type {};
-template <class Make>
-struct is_adaptor<Adaptor<Make>> : std::true_type {};
-
-template <class Make>
-Adaptor<Make> adaptor(Make make) {
-  return {std::move(make)};
+auto adaptor(Make make) {
+  return ranges::make_view_closure(std::move(make));
 }
 
-/// A stage holds what comes before it by value: pipelines are built from temporaries and
-/// lvalues alike, and a copied stage shares its sources' data (tensors, paths), not its state.
+/// ftopt's own stages declare what they produce.
 template <class R>
-using Held = std::remove_cvref_t<R>;
+concept Stage = requires {
+  { R::kind } -> std::convertible_to<Kind>;
+  { R::place } -> std::convertible_to<Place>;
+  { R::indexed } -> std::convertible_to<bool>;
+};
+
+/// What flows through a range that is not a stage, from its element type.
+template <class R>
+consteval Kind element_kind() {
+  using E = std::remove_cvref_t<ranges::range_reference_t<R>>;
+  static_assert(std::is_same_v<E, File> || std::is_same_v<E, Sample> || std::is_same_v<E, Batch>,
+                "ftopt::pipeline: a range between stages must yield pipeline::File, pipeline::Sample or "
+                "pipeline::Batch (an (inputs, targets) pair)");
+  if constexpr (std::is_same_v<E, File>) return Kind::Files;
+  else if constexpr (std::is_same_v<E, Sample>) return Kind::Samples;
+  else return Kind::Batches;
+}
+
+/// What a stage learns of the range before it: a stage's own declarations, or, for any other
+/// range, its element kind, not indexed, and no known place.
+template <class R>
+struct Traits {
+  static constexpr Kind kind = element_kind<R>();
+  static constexpr bool indexed = false;
+  static constexpr bool knows_place = false;
+  static constexpr Place place = Place::Host;
+};
+template <Stage R>
+struct Traits<R> {
+  static constexpr Kind kind = R::kind;
+  static constexpr bool indexed = R::indexed;
+  static constexpr bool knows_place = true;
+  static constexpr Place place = R::place;
+};
+
+/// A stage holds what comes before it by value: a stage itself (pipelines are built from
+/// temporaries and lvalues alike, and a copied stage shares its sources' data, tensors and
+/// paths, not its state), or any other range as range-v3's views::all holds it.
+template <class R>
+struct HeldAs {
+  using type = decltype(ranges::views::all(std::declval<R>()));
+};
+template <class R>
+  requires Stage<std::remove_cvref_t<R>>
+struct HeldAs<R> {
+  using type = std::remove_cvref_t<R>;
+};
+template <class R>
+using Held = typename HeldAs<R>::type;
+
+template <class R>
+Held<R> hold(R&& range) {
+  if constexpr (Stage<std::remove_cvref_t<R>>) return std::forward<R>(range);
+  else return ranges::views::all(std::forward<R>(range));
+}
 
 } // namespace detail
 
-/// range | stage
-template <class R, class A>
-  requires detail::is_adaptor<std::remove_cvref_t<A>>::value
-auto operator|(R&& range, A&& stage) {
-  return stage(std::forward<R>(range));
+/// A const stage (`const ImageFolder folder(...); folder | prep`) is piped as a copy: range-v3
+/// takes only ranges it can iterate, and a stage's begin() starts a pass, so it is not const.
+/// A copy shares the stage's data.
+template <detail::Stage R, class F>
+auto operator|(const R& range, ranges::views::view_closure<F> stage) {
+  return stage(R(range));
 }
 
 } // namespace ftopt::pipeline
