@@ -35,5 +35,11 @@ void validate_policy(const P& p) {
   if constexpr (requires { p.validate(); }) p.validate();
 }
 
+/// validate_policy for each, in order.
+template <class... Ps>
+void validate_policies(const Ps&... ps) {
+  (validate_policy(ps), ...);
+}
+
 } // namespace detail
 } // namespace ftopt

@@ -25,10 +25,8 @@
 #include <utility>
 #include <vector>
 
-#include <torch/cuda.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
-#include <torch/utils.h>
 
 #include <ftopt/batch.hpp>
 #include <ftopt/callbacks/callback.hpp>
@@ -48,6 +46,9 @@
 #include <ftopt/state.hpp>
 #include <ftopt/trainer/checkpoint.hpp>
 #include <ftopt/trainer/checks.hpp>
+#include <ftopt/trainer/evaluate.hpp>
+#include <ftopt/trainer/gradients.hpp>
+#include <ftopt/trainer/inputs.hpp>
 #include <ftopt/trainer/learning_rate.hpp>
 #include <ftopt/trainer/metrics.hpp>
 #include <ftopt/trainer_options.hpp>
@@ -66,11 +67,7 @@ template <class Precision = precision::Fp32, class Peft = peft::Full,
           class Memory = memory::None, class Parallel = parallel::Single,
           class Quant = quant::None>
 class Trainer {
-  static_assert(detail::check_precision_slot<Precision>());
-  static_assert(detail::check_peft_slot<Peft>());
-  static_assert(detail::check_memory_slot<Memory>());
-  static_assert(detail::check_parallel_slot<Parallel>());
-  static_assert(detail::check_quant_slot<Quant>());
+  static_assert(detail::check_slots<Precision, Peft, Memory, Parallel, Quant>());
   static_assert(rules::check_combination<Precision, Peft, Memory, Parallel, Quant>());
 
   using Clock = detail::Clock;
@@ -87,13 +84,9 @@ public:
                    Memory memory = {}, Parallel parallel = {}, Quant quant = {})
       : options_(std::move(options)), precision_(std::move(precision)), peft_(std::move(peft)),
         memory_(std::move(memory)), parallel_(std::move(parallel)), quant_(std::move(quant)),
-        device_(options_.device.value_or(default_device())) {
+        device_(options_.device.value_or(trainer::default_device())) {
     options_.validate();
-    detail::validate_policy(precision_);
-    detail::validate_policy(peft_);
-    detail::validate_policy(memory_);
-    detail::validate_policy(parallel_);
-    detail::validate_policy(quant_);
+    detail::validate_policies(precision_, peft_, memory_, parallel_, quant_);
   }
 
   /// Moves the model to the device and applies the policies (peft attach, quant prepare,
@@ -163,8 +156,8 @@ public:
                             "pair of tensors or have .data and .target (include/ftopt/batch.hpp).");
     auto t0 = Clock::now();
     detail::Phase phase("ftopt::forward");
-    const torch::Tensor input = policy_input(to_device(input_of(batch)));
-    const torch::Tensor target = to_device(target_of(batch));
+    const torch::Tensor input = trainer::policy_input(precision_, trainer::on_device(input_of(batch), device_));
+    const torch::Tensor target = trainer::on_device(target_of(batch), device_);
     const std::int64_t accumulation = memory_.accumulation();
     const bool sync = ends_epoch || micro_ + 1 == accumulation;
 
@@ -204,25 +197,7 @@ public:
   template <class M, class R>
   EvalStats evaluate(M& model, R&& batches) {
     static_assert(detail::check_model<M>() && detail::check_batches<R>());
-    torch::nn::Module& module = detail::module_of(model);
-    const bool was_training = module.is_training();
-    module.eval();
-    torch::NoGradGuard no_grad;
-    const auto start = Clock::now();
-    detail::Meter meter(device_);
-    for (auto&& batch : batches) {
-      const torch::Tensor input = policy_input(to_device(input_of(batch)));
-      const torch::Tensor target = to_device(target_of(batch));
-      torch::Tensor output;
-      {
-        [[maybe_unused]] auto scope = precision_.forward_scope();
-        output = model->forward(input);
-      }
-      meter.add(options_.loss(precision_.loss_input(output), target), output, target);
-    }
-    module.train(was_training);
-    auto totals = meter.reduced(reduce_sum());
-    return {totals.samples, totals.mean_loss(), totals.accuracy(), detail::seconds_since(start)};
+    return trainer::evaluate(model, batches, precision_, options_.loss, device_, reduce_sum());
   }
 
   /// After training: merges adapters (Peft) and converts to the inference model (Quant).
@@ -266,24 +241,10 @@ public:
   Quant& quant() { return quant_; }
 
 private:
-  static torch::Device default_device() {
-    return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  }
-
   auto policies() { return std::tie(precision_, peft_, memory_, parallel_, quant_); }
   auto policies() const { return std::tie(precision_, peft_, memory_, parallel_, quant_); }
   auto reduce_sum() {
     return [this](const torch::Tensor& t) { return parallel_.reduce_sum(t); };
-  }
-
-  /// The input as the precision policy wants it (Bf16True casts it to bf16).
-  torch::Tensor policy_input(const torch::Tensor& input) const {
-    if constexpr (requires { precision_.forward_input(input); }) return precision_.forward_input(input);
-    else return input;
-  }
-
-  torch::Tensor to_device(const torch::Tensor& t) const {
-    return t.device() == device_ ? t : t.to(device_, /*non_blocking=*/true);
   }
 
   template <Model M>
@@ -338,9 +299,7 @@ private:
     if (std::isfinite(value)) [[likely]] return;
     zero_grad();
     micro_ = 0;
-    detail::fail("Trainer: the loss is ", value, " at epoch ", metrics_.fit.epoch, ", step ",
-                 metrics_.fit.step, " (0-based); no backward or optimizer step was run for it, so "
-                 "the weights are those after optimizer step ", metrics_.fit.optimizer_steps);
+    trainer::fail_non_finite_loss(value, metrics_.fit);
   }
 
   /// Unscale, clip, schedule, step, update; returns whether the precision policy took the step.
@@ -356,20 +315,7 @@ private:
     return taken;
   }
 
-  /// Gradients set to none (PyTorch 2.x's zero_grad default): the next backward writes them
-  /// fresh instead of adding to zeros.
-  /// A policy whose gradients alias its communication buffers has them zeroed in place instead
-  /// (parallel::Ddp with gradient_as_bucket_view).
-  void zero_grad() {
-    if constexpr (requires { parallel_.zero_grads_in_place(); }) {
-      if (parallel_.zero_grads_in_place()) {
-        for (auto& p : trainable_)
-          if (p.grad().defined()) p.mutable_grad().zero_();
-        return;
-      }
-    }
-    for (auto& p : trainable_) p.mutable_grad().reset();
-  }
+  void zero_grad() { trainer::zero_grad(parallel_, trainable_); }
 
   TrainerOptions options_;
   Precision precision_;

@@ -40,6 +40,13 @@ FTOPT_DETAIL_SLOT_CHECK(Peft, peft, "2nd", Full)
 FTOPT_DETAIL_SLOT_CHECK(Memory, memory, "3rd", None)
 FTOPT_DETAIL_SLOT_CHECK(Parallel, parallel, "4th", Single)
 FTOPT_DETAIL_SLOT_CHECK(Quant, quant, "5th", None)
+
+/// The five slots' checks, in slot order.
+template <class Precision, class Peft, class Memory, class Parallel, class Quant>
+consteval bool check_slots() {
+  return check_precision_slot<Precision>() && check_peft_slot<Peft>() && check_memory_slot<Memory>() &&
+         check_parallel_slot<Parallel>() && check_quant_slot<Quant>();
+}
 } // namespace ftopt::detail
 
 #undef FTOPT_DETAIL_SLOT_CHECK

@@ -1,6 +1,7 @@
 #pragma once
 /// What fit checks and reads before it trains: that the optimizer holds exactly the parameters
-/// prepare() returned, and the number of batches per epoch where the range knows it.
+/// prepare() returned, and the number of batches per epoch where the range knows it; and the
+/// error a non-finite loss stops it with.
 
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <ftopt/error.hpp>
+#include <ftopt/state.hpp>
 
 namespace ftopt::trainer {
 
@@ -35,6 +37,12 @@ template <class R>
 std::optional<std::int64_t> steps_per_epoch(R& batches) {
   if constexpr (std::ranges::sized_range<R>) return static_cast<std::int64_t>(std::ranges::size(batches));
   else return std::nullopt;
+}
+
+/// Throws: the loss at this micro-batch is `value` (NaN or infinite), and what state it left.
+[[noreturn]] inline void fail_non_finite_loss(double value, const FitState& at) {
+  fail("Trainer: the loss is ", value, " at epoch ", at.epoch, ", step ", at.step, " (0-based); no backward or "
+       "optimizer step was run for it, so the weights are those after optimizer step ", at.optimizer_steps);
 }
 
 } // namespace ftopt::trainer
