@@ -86,10 +86,10 @@ private:
 
 template <class R>
 consteval bool check_order_stage() {
-  static_assert(Traits<R>::indexed, "ftopt::pipeline: shuffle() and shard() choose samples before any worker runs: put "
-                            "them before prefetch()");
-  static_assert(Traits<R>::kind != Kind::Batches, "ftopt::pipeline: shuffle() and shard() order samples: put them before "
-                                          "batch()");
+  static_assert(Traits<R>::indexed, "ftopt::pipeline: shuffle() and shard() choose samples before any worker runs: "
+                                    "put them before prefetch() and before any range view");
+  static_assert(Traits<R>::kind != Kind::Batches, "ftopt::pipeline: shuffle() and shard() order samples: put them "
+                                                  "before batch()");
   return true;
 }
 

@@ -11,9 +11,9 @@
 /// consumer waited (Stats::wait_seconds) and the passes' wall time (Stats::pass_seconds).
 
 #include <condition_variable>
-#include <iterator>
 #include <cstdint>
 #include <exception>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>

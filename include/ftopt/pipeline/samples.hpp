@@ -245,8 +245,8 @@ private:
 
 template <class Up>
 consteval bool check_sample_stage() {
-  static_assert(Traits<Up>::kind == Kind::Samples, "ftopt::pipeline: cache(), augment() and batch() take decoded samples: "
-                                           "put decode_jpeg() before them, and batch() after them");
+  static_assert(Traits<Up>::kind == Kind::Samples, "ftopt::pipeline: cache(), augment() and batch() take decoded "
+                                                   "samples: put decode_jpeg() before them, and batch() after them");
   static_assert(Traits<Up>::indexed, "ftopt::pipeline: cache(), augment() and batch() compute samples by index, "
                                      "on the workers: put them before prefetch() and before any range view");
   return true;
