@@ -16,7 +16,7 @@ data::LabelledImages toy() {
 }
 } // namespace
 
-TEST_CASE("first keeps the first n samples; 0 or more than there are keeps all", "[data]") {
+TEST_CASE("first keeps the first n samples, 0 or more than there are keeps all", "[data]") {
   auto three = data::first(toy(), 3);
   CHECK(torch::equal(three.labels, torch::tensor({0, 5, 1}, torch::kLong)));
   CHECK(torch::equal(three.images.select(1, 0).select(1, 0).to(torch::kLong), torch::tensor({0, 5, 1}, torch::kLong)));

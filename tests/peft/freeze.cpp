@@ -9,7 +9,7 @@
 
 using namespace ftopt;
 
-TEST_CASE("peft::Freeze trains only what it names; frozen weights get no gradient", "[peft][freeze]") {
+TEST_CASE("peft::Freeze trains only what it names, frozen weights get no gradient", "[peft][freeze]") {
   torch::manual_seed(0);
   models::ResNet model({.layers = {1, 1}, .widths = {4, 8}, .in_channels = 1, .num_classes = 3,
                         .stem = models::ResNetStem::Small});

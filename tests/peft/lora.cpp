@@ -44,7 +44,7 @@ TEST_CASE("Lora adapts the seeds' targets and nothing else trains", "[peft][lora
   CHECK(branch.a()->weight.abs().max().item<double>() <= bound);
 }
 
-TEST_CASE("The LoRA forward is W x + b + (alpha / r) B A x; merge and unmerge", "[peft][lora]") {
+TEST_CASE("The LoRA forward is W x + b + (alpha / r) B A x, merge and unmerge", "[peft][lora]") {
   for (bool rslora : {false, true}) {
     INFO("rslora " << rslora);
     torch::manual_seed(2);

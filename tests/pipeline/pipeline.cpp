@@ -84,7 +84,7 @@ void write_folder(const std::filesystem::path& root, int per_class) {
 
 } // namespace
 
-TEST_CASE("batch stacks samples in order; drop_last drops the short batch", "[pipeline]") {
+TEST_CASE("batch stacks samples in order, drop_last drops the short batch", "[pipeline]") {
   auto batches = numbered(10) | batch(4);
   CHECK(batches.size() == 3);
   CHECK(targets_of(batches) == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
@@ -209,7 +209,7 @@ TEST_CASE("ImageFolder and decode_jpeg: sorted classes, real JPEGs, reduced-size
   CHECK(gray_as_rgb.size(0) == 3);
 }
 
-TEST_CASE("Bad image files are named; a lenient decode skips and counts them", "[pipeline][jpeg]") {
+TEST_CASE("Bad image files are named, a lenient decode skips and counts them", "[pipeline][jpeg]") {
   ScratchDir dir("bad");
   CHECK_THAT(test::message_of([&] { ImageFolder{dir.path}; }), Contains("has no class sub-folders"));
   CHECK_THAT(test::message_of([&] { ImageFolder{dir.path / "missing"}; }), Contains("is not a folder"));
@@ -238,7 +238,7 @@ TEST_CASE("Bad image files are named; a lenient decode skips and counts them", "
   CHECK(lenient.stats()->skipped.load() == 2);
 }
 
-TEST_CASE("cache: the second pass decodes nothing; a bounded cache stays under its bound", "[pipeline][cache]") {
+TEST_CASE("cache: the second pass decodes nothing, a bounded cache stays under its bound", "[pipeline][cache]") {
   ScratchDir dir("cache");
   write_folder(dir.path, 4);
   auto batches = from(ImageFolder(dir.path)) | shuffle(2) | decode_jpeg() | cache() | batch(3);

@@ -73,7 +73,7 @@ TEST_CASE("Bf16Mixed: bf16 forward, fp32 loss and gradients close to fp32's", "[
   CHECK_FALSE(compat::autocast_enabled(torch::kCPU));  // the scope closed
 }
 
-TEST_CASE("Trainer<Bf16Mixed> trains; autocast is off between steps", "[precision][bf16]") {
+TEST_CASE("Trainer<Bf16Mixed> trains, autocast is off between steps", "[precision][bf16]") {
   auto model = test::tiny_vit(2, 32);
   Trainer<precision::Bf16Mixed> trainer({.epochs = 3, .device = torch::kCPU, .report_hardware = false});
   torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(3e-3));
@@ -114,7 +114,7 @@ TEST_CASE("Fp16Mixed says where it cannot run", "[precision][fp16]") {
   }
 }
 
-TEST_CASE("A loss-scaling policy skips a NaN step; the epoch and train_step report it", "[precision][scaler]") {
+TEST_CASE("A loss-scaling policy skips a NaN step, the epoch and train_step report it", "[precision][scaler]") {
   auto model = test::small_mlp();
   TrainerOptions options = quiet();
   options.loss = test::nan_on_call(2);

@@ -362,7 +362,7 @@ TEST_CASE("Qat: straight-through gradients, frozen observers, converted outputs 
   }
 }
 
-TEST_CASE("Qat in the Trainer: trains, converts; a LoRA layer is refused", "[quant][qat]") {
+TEST_CASE("Qat in the Trainer: trains, converts, a LoRA layer is refused", "[quant][qat]") {
   auto model = test::small_mlp(11);
   auto x = torch::randn({64, 6}), y = torch::randint(3, {64});
   SECTION("training lowers the loss; finalize gives the int8 model") {
