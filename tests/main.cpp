@@ -16,8 +16,10 @@ int main(int argc, char* argv[]) {
   // each matched nothing and "passed".
   auto& config = session.configData();
   config.warnings = static_cast<Catch::WarnAbout::What>(config.warnings | Catch::WarnAbout::NoTests);
-  const auto seed = session.configData().rngSeed;
-  std::cout << "ftopt tests: seed " << seed << " (replay with --rng-seed " << seed << ")\n";
+  const auto seed = config.rngSeed;
+  // Not when listing: ctest's discovery reads every line of --list-test-names-only as a test.
+  if (!config.listTests && !config.listTestNamesOnly && !config.listTags && !config.listReporters)
+    std::cout << "ftopt tests: seed " << seed << " (replay with --rng-seed " << seed << ")\n";
   torch::manual_seed(seed);
   return session.run();
 }
