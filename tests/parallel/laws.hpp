@@ -16,6 +16,8 @@
 
 #include <torch/torch.h>
 
+#include <ftopt/trainer/gradients.hpp>
+
 namespace ftopt::test::laws {
 
 struct Distances {
@@ -55,11 +57,12 @@ inline double max_distance(const std::vector<torch::Tensor>& a, const std::vecto
   return d;
 }
 
-/// One micro-batch through the policy's hooks in the Trainer's order, from zeroed gradients.
+/// One micro-batch through the policy's hooks in the Trainer's order, from gradients cleared as
+/// the Trainer clears them (trainer::zero_grad).
 template <class P>
 std::vector<torch::Tensor> step(P& policy, torch::nn::Linear& model, bool sync) {
-  for (auto& p : model->parameters())
-    if (p.grad().defined()) p.mutable_grad().zero_();
+  auto trainable = model->parameters();
+  trainer::zero_grad(policy, trainable);
   policy.before_forward(sync);
   auto [x, y] = batch(policy.rank());
   const auto output = model(x);
