@@ -24,6 +24,7 @@
 #include <ftopt/trainer/checks.hpp>
 #include <ftopt/trainer/learning_rate.hpp>
 #include <ftopt/trainer/metrics.hpp>
+#include <ftopt/trainer/parameter_groups.hpp>
 #include <ftopt/callbacks/callback.hpp>
 #include <ftopt/callbacks/progress_bar.hpp>
 #include <ftopt/callbacks/profile.hpp>
@@ -51,6 +52,7 @@
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/peft/adapter.hpp>
 #include <ftopt/peft/prefix.hpp>
+#include <ftopt/peft/support/lora_branch.hpp>
 #include <ftopt/peft/support/targets.hpp>
 #include <ftopt/peft/support/report.hpp>
 #include <ftopt/peft/files/names.hpp>

@@ -74,8 +74,9 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
   std::cerr << "\n== " << setup << '\n';
   torch::manual_seed(1);  // every row starts from the same random state (adapter initialization)
   ftopt::data::TensorBatches test_batches(test_set.images, test_set.labels, {.batch_size = 500, .shuffle = false});
-  const auto& params = trainer.prepare(model);
-  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(lr).weight_decay(0.05));
+  // One group, or the Peft policy's (LoRA+ gives B a larger lr).
+  torch::optim::AdamW optimizer(trainer.parameter_groups(model, torch::optim::AdamWOptions(lr).weight_decay(0.05)));
+  const auto& params = trainer.trainable_parameters();
   if (const auto& saved = trainer.options().checkpoint; saved && std::filesystem::exists(saved->path)) {
     trainer.load_checkpoint(saved->path, model, optimizer);
     std::cerr << "resumed from " << saved->path.string() << " after epoch " << trainer.progress().epochs << '\n';
@@ -171,11 +172,37 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
     // The original paper's and PEFT's default targets: fewer adapted layers, a faster step.
     const ftopt::peft::Lora query_value({.r = 8, .alpha = 16, .targets = {"query", "value"},
                                          .modules_to_save = {"classifier"}});
-    auto model = fresh();
-    rows.push_back(train(precision + " + peft::Lora (r 8, query and value, head)",
-                         ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, query_value), model, train_set,
-                         test_set, 3 * lr, Loading::Pipeline));
+    {
+      auto model = fresh();
+      rows.push_back(train(precision + " + peft::Lora (r 8, query and value, head)",
+                           ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, query_value), model, train_set,
+                           test_set, 3 * lr, Loading::Pipeline));
+    }
+    // PEFT's LoRA variants on the same layers: DoRA, the PiSSA initialisation, and LoRA+ (B's
+    // lr 16 times A's, the ratio its paper suggests; its groups take the same weight decay).
+    auto variant = [&](const std::string& name, ftopt::peft::LoraOptions settings) {
+      auto model = fresh();
+      rows.push_back(train(precision + " + peft::Lora " + name,
+                           ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, std::move(settings)), model,
+                           train_set, test_set, 3 * lr, Loading::Pipeline));
+    };
+    ftopt::peft::LoraOptions dora = lora.options(), pissa = lora.options(), loraplus = lora.options();
+    dora.dora = true;
+    pissa.init = ftopt::peft::LoraInit::Pissa;
+    loraplus.loraplus_lr_ratio = 16;
+    loraplus.loraplus_weight_decay = 0.05;
+    variant("+ DoRA (r 8, all block Linears, head)", dora);
+    variant("PiSSA init (r 8, all block Linears, head)", pissa);
+    variant("+ LoRA+ (r 8, all block Linears, head, B's lr x 16)", loraplus);
   } else {
+    // LoRA on every convolution of the residual blocks (PEFT's Conv2d LoRA) with a new head.
+    {
+      auto model = fresh();
+      const ftopt::peft::Lora conv_lora({.r = 8, .alpha = 16, .targets = {"conv1", "conv2"}, .modules_to_save = {"fc"}});
+      rows.push_back(train(precision + " + peft::Lora on the convolutions (r 8, conv1 and conv2, head)",
+                           ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, conv_lora), model, train_set,
+                           test_set, 3 * lr, Loading::Pipeline));
+    }
     std::string names;
     for (const auto& p : top) names += (names.empty() ? "" : "+") + p.text;
     const ftopt::peft::Freeze freeze{.train = top};

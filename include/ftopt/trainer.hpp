@@ -51,6 +51,7 @@
 #include <ftopt/trainer/inputs.hpp>
 #include <ftopt/trainer/learning_rate.hpp>
 #include <ftopt/trainer/metrics.hpp>
+#include <ftopt/trainer/parameter_groups.hpp>
 #include <ftopt/trainer_options.hpp>
 
 namespace ftopt {
@@ -108,6 +109,15 @@ public:
     parallel_.setup(module, trainable_);
     prepared_ = &module;
     return trainable_;
+  }
+
+  /// prepare(model), then the optimizer's parameter groups, each with a copy of `defaults`: the
+  /// Peft policy's (LoRA+ gives B a larger lr) or one group.
+  ///   torch::optim::AdamW optimizer(trainer.parameter_groups(model, torch::optim::AdamWOptions(1e-3)));
+  template <class M, class Options>
+  std::vector<torch::optim::OptimizerParamGroup> parameter_groups(M& model, const Options& defaults) {
+    const auto& trainable = prepare(model);
+    return trainer::parameter_groups(peft_, detail::module_of(model), trainable, defaults);
   }
 
   /// Trains for options().epochs passes over `batches`, calling the callbacks' hooks.

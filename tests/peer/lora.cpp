@@ -23,6 +23,9 @@ using namespace ftopt;
 /// in its order; ftopt's ViT has the checkpoint's names.
 const peft::AdapterNames transformers_vit = peft::transformers_vit_names();
 
+/// The LoRA+ step both sides take: SGD at lr 1e-2, B's lr 16 times A's, weight decay 0.1.
+constexpr double loraplus_lr = 1e-2, loraplus_ratio = 16, loraplus_decay = 0.1;
+
 /// The Python side's config: image_size 28, patch_size 7, one channel, hidden 32, 2 layers,
 /// 4 heads, intermediate 64, 10 labels; the weights are transformers' save_pretrained file.
 models::ViT base_vit(const std::filesystem::path& work) {
@@ -79,17 +82,24 @@ int main(int argc, char** argv) {
        write_json(work / (args[0] + ".ftopt.json"),
                   {{"r", options.r}, {"lora_alpha", options.alpha}, {"lora_dropout", options.dropout},
                    {"bias", peft::detail::bias_name(options.bias)}, {"use_rslora", options.rslora},
+                   {"use_dora", options.dora}, {"init_lora_weights", peft::detail::init_json(options.init)},
                    {"target_modules", texts(options.targets)}, {"modules_to_save", texts(options.modules_to_save)},
                    {"lora_layers", lora.branches().size()}, {"loaded", report.loaded}});
      }},
-    // save CASE R ALPHA BIAS RSLORA MODULES_TO_SAVE (0/1, a name or "-"): a Lora on the base with
-    // every trainable tensor set to non-zero values, written to work/CASE for PEFT; its logits
-    // before and after merge, and the merged weights -> CASE.ftopt.safetensors
+    // save CASE R ALPHA BIAS RSLORA MODULES_TO_SAVE DORA INIT (0/1, a name or "-", 0/1, true or
+    // an init_lora_weights name): a Lora on the base with every trainable tensor set to non-zero
+    // values, written to work/CASE for PEFT -> CASE.ftopt.safetensors: its logits before and after
+    // merge, the merged weights, the gradients of the loss on work/labels.safetensors
+    // ("grad.<PEFT key>"), and the adapter after one LoRA+ SGD step ("stepped.<PEFT key>")
     {"save", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
-       if (args.size() != 6) throw std::runtime_error("save needs CASE R ALPHA BIAS RSLORA MODULES_TO_SAVE");
+       if (args.size() != 8) throw std::runtime_error("save needs CASE R ALPHA BIAS RSLORA MODULES_TO_SAVE DORA INIT");
        peft::LoraOptions options{.r = std::stoll(args[1]), .alpha = std::stod(args[2]), .dropout = 0.0,
                                  .targets = {"query", "value"}, .bias = peft::detail::bias_from(args[3], "save's BIAS"),
-                                 .rslora = args[4] == "1"};
+                                 .rslora = args[4] == "1", .dora = args[6] == "1",
+                                 .init = peft::detail::init_from(args[7] == "true" ? nlohmann::json(true)
+                                                                                   : nlohmann::json(args[7]),
+                                                                 "save's INIT"),
+                                 .loraplus_lr_ratio = loraplus_ratio, .loraplus_weight_decay = loraplus_decay};
        if (args[5] != "-") options.modules_to_save = {args[5]};
        auto vit = base_vit(work);
        peft::Lora lora(options);
@@ -110,6 +120,22 @@ int main(int argc, char** argv) {
        peft::save_adapter(*vit, lora, work / args[0], transformers_vit);
        weights::StateDict out;
        out.insert("logits", logits(vit, work));
+       const auto own = weights::state_dict(*vit);
+       const auto keys = peft::peft_keys(*vit, transformers_vit);
+       {
+         const torch::optim::SGDOptions sgd(loraplus_lr);
+         auto optimizer = torch::optim::SGD(lora.parameter_groups(*vit, sgd), sgd);
+         const auto loss = torch::nn::functional::cross_entropy(vit->forward(peer::load(work, "input.safetensors")["x"]),
+                                                                peer::load(work, "labels.safetensors")["labels"]);
+         loss.backward();
+         for (const auto& [own_key, peft_key] : keys)
+           if (own[own_key].requires_grad()) out.insert("grad." + peft_key, own[own_key].grad());
+         optimizer.step();
+         for (const auto& [own_key, peft_key] : keys)
+           if (own[own_key].requires_grad()) out.insert("stepped." + peft_key, own[own_key].detach().clone());
+         // Back to the saved adapter for the merge.
+         peft::load_adapter(*vit, work / args[0], transformers_vit);
+       }
        lora.merge(*vit);
        out.insert("merged_logits", logits(vit, work));
        for (const auto& item : weights::state_dict(*vit))

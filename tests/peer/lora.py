@@ -6,7 +6,14 @@ ViTForImageClassification (ftopt's models::ViT loads the base from its save_pret
     ftopt reads adapter_config.json and adapter_model.safetensors and gives PeftModel's logits.
 (b) ftopt -> PEFT: ftopt attaches the same Lora, sets every trainable tensor to non-zero values
     and writes the adapter; PeftModel.from_pretrained gives ftopt's logits, and so does
-    merge_and_unload(), whose weights are ftopt's merged weights.
+    merge_and_unload(), whose weights are ftopt's merged weights; the gradients of a loss at that
+    adapter match PEFT's, and so does one SGD step from ftopt's LoRA+ parameter_groups against
+    PEFT's create_loraplus_optimizer (SGD with weight decay: each tensor moves by its group's lr
+    times (gradient + decay x value), so a wrong group shows; Adam's first step, about lr x the
+    gradient's sign, would turn gradient rounding near zero into lr-sized differences).
+Both ways cover plain LoRA, rsLoRA, DoRA (use_dora), and the PiSSA and OLoRA initialisations: an
+ftopt PiSSA adapter loaded by PEFT onto the original base gives ftopt's logits only if both sides
+factored W into the same s B0 A0 (PEFT refactors the base when it loads the adapter).
 
 transformers 5 names ViT's modules vit.layers.N.attention.q_proj in memory (the checkpoint keeps
 vit.encoder.layer.N.attention.attention.query), and PEFT 0.21 writes and matches adapters with the
@@ -16,7 +23,10 @@ peft::AdapterNames; the "names" check ties ftopt's renaming to this transformers
 Tolerances: logits 1e-5 (float32 on the same ATen, the same operations in the same order; observed
 0); merged logits 1e-5 too (each side folds s B A into W in float32, and a fold in another order
 would round W and the sums differently; observed 0); merged weights 1e-6 (both compute
-W + (B @ A) * s in float32; observed 0).
+W + (B @ A) * s in float32; observed 0). DoRA computes its output in another order than PEFT
+(m / n (W x + s B A x) + b against PEFT's base + (m / n - 1) W x + (m / n) s B A x), which rounds
+differently: same tolerances. Gradients 1e-5, the LoRA+ step 1e-6 (lr x 16 = 0.16 times gradients
+that agree to about 1e-7).
 """
 import copy
 import json
@@ -31,10 +41,14 @@ from peer import Peer
 
 import peft
 from peft import LoraConfig, PeftModel, get_peft_model
+from peft.optimizers import create_loraplus_optimizer
 
 LOGITS_ATOL = 1e-5
 MERGED_ATOL = 1e-5
 WEIGHTS_ATOL = 1e-6
+GRAD_ATOL = 1e-5
+STEP_ATOL = 1e-6
+LORAPLUS_LR, LORAPLUS_RATIO, LORAPLUS_DECAY = 1e-2, 16.0, 0.1  # SGD  # as tests/peer/lora.cpp
 
 peer = Peer("lora")
 print(f"peer peft: peft {peft.__version__}, transformers {transformers.__version__}")
@@ -50,6 +64,7 @@ base.save_pretrained(peer.path("base"))
 x = torch.randn(4, 1, 28, 28)
 labels = torch.randint(0, 10, (4,))
 peer.save("input.safetensors", {"x": x})
+peer.save("labels.safetensors", {"labels": labels})
 with torch.no_grad():
     base_logits = base(pixel_values=x).logits
 
@@ -79,6 +94,11 @@ peft_cases = {
     "peft_plain": dict(r=4, lora_alpha=8, bias="none", use_rslora=False, modules_to_save=["classifier"]),
     "peft_lora_only_rslora": dict(r=8, lora_alpha=16, bias="lora_only", use_rslora=True, modules_to_save=None),
     "peft_all_rslora": dict(r=4, lora_alpha=12, bias="all", use_rslora=True, modules_to_save=["classifier"]),
+    "peft_dora": dict(r=4, lora_alpha=8, bias="none", use_rslora=False, modules_to_save=["classifier"], use_dora=True),
+    "peft_pissa": dict(r=4, lora_alpha=8, bias="none", use_rslora=False, modules_to_save=None,
+                       init_lora_weights="pissa"),
+    "peft_olora_dora": dict(r=2, lora_alpha=4, bias="lora_only", use_rslora=True, modules_to_save=["classifier"],
+                            init_lora_weights="olora", use_dora=True),
 }
 for case, settings in peft_cases.items():
     model = get_peft_model(copy.deepcopy(base), LoraConfig(target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
@@ -91,6 +111,9 @@ for case, settings in peft_cases.items():
     lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
     peer.check(f"{case}: PEFT's step made every lora_B non-zero",
                len(lora_b) == 4 and all(b.abs().max() > 0 for b in lora_b))
+    if "use_dora" in settings:
+        magnitudes = [p for n, p in model.named_parameters() if "lora_magnitude_vector" in n]
+        peer.check(f"{case}: PEFT trains a DoRA magnitude per adapted layer", len(magnitudes) == 4)
     model.save_pretrained(peer.path(case))
     expected = logits(model)
     changed(case, expected, base_logits)
@@ -104,7 +127,8 @@ for case, settings in peft_cases.items():
                    atol=LOGITS_ATOL)
     wanted = dict(r=settings["r"], lora_alpha=settings["lora_alpha"], bias=settings["bias"],
                   use_rslora=settings["use_rslora"], lora_dropout=0.0, target_modules=["query", "value"],
-                  modules_to_save=settings["modules_to_save"] or [], lora_layers=4)
+                  modules_to_save=settings["modules_to_save"] or [], lora_layers=4,
+                  use_dora=settings.get("use_dora", False), init_lora_weights=settings.get("init_lora_weights", True))
     read_back = {k: (sorted(v) if isinstance(v, list) else v) for k, v in read.items() if k in wanted}
     peer.check(f"{case}: ftopt reads PEFT's adapter_config.json", read_back == wanted, f"({read_back})")
     adapter = load_file(peer.path(case + "/adapter_model.safetensors"))
@@ -119,22 +143,65 @@ ftopt_cases = {
     "ftopt_plain": dict(r=4, lora_alpha=8, bias="none", use_rslora=False, modules_to_save="classifier"),
     "ftopt_lora_only_rslora": dict(r=8, lora_alpha=16, bias="lora_only", use_rslora=True, modules_to_save="classifier"),
     "ftopt_all": dict(r=4, lora_alpha=12, bias="all", use_rslora=False, modules_to_save="-"),
+    "ftopt_dora": dict(r=4, lora_alpha=8, bias="none", use_rslora=False, modules_to_save="classifier", use_dora=True),
+    "ftopt_pissa": dict(r=4, lora_alpha=8, bias="lora_only", use_rslora=False, modules_to_save="classifier",
+                        init_lora_weights="pissa"),
+    "ftopt_olora_dora": dict(r=2, lora_alpha=4, bias="all", use_rslora=True, modules_to_save="-",
+                             init_lora_weights="olora", use_dora=True),
 }
+
+
+def file_key(name):
+    """PEFT's in-memory parameter name as its adapter file (and ftopt's PEFT keys) spell it."""
+    name = name.removeprefix("base_model.model.").replace(".modules_to_save.default.", ".").replace(".default.", ".")
+    return name.removesuffix(".weight") if name.endswith("lora_magnitude_vector.weight") else name
+
+
+def trainable(model):
+    return {file_key(n): p for n, p in model.named_parameters() if p.requires_grad}
+
+
+def same_tensors(name, got, expected, atol):
+    """got and expected, {key: tensor}, hold the same keys and values."""
+    peer.check(f"{name}: the same tensors", sorted(got) == sorted(expected),
+               f"(only ftopt: {sorted(set(got) - set(expected))[:3]}, only PEFT: {sorted(set(expected) - set(got))[:3]})")
+    if sorted(got) == sorted(expected):
+        worst = max(sorted(got), key=lambda k: (got[k] - expected[k]).abs().max().item())
+        peer.close(f"{name} (worst: {worst})", torch.cat([got[k].flatten() for k in sorted(got)]),
+                   torch.cat([expected[k].flatten() for k in sorted(got)]), atol=atol)
+
+
 for case, settings in ftopt_cases.items():
+    use_dora, init = settings.get("use_dora", False), settings.get("init_lora_weights", True)
     peer.ftopt("save", case, settings["r"], settings["lora_alpha"], settings["bias"], int(settings["use_rslora"]),
-               settings["modules_to_save"])
+               settings["modules_to_save"], int(use_dora), "true" if init is True else init)
     got = peer.load(case + ".ftopt.safetensors")
     changed(case, got["logits"], base_logits)
     model = PeftModel.from_pretrained(copy.deepcopy(base), peer.path(case)).eval()
     read = model.peft_config["default"]
     read_back = dict(r=read.r, lora_alpha=read.lora_alpha, bias=read.bias, use_rslora=read.use_rslora,
-                     target_modules=sorted(read.target_modules), modules_to_save=read.modules_to_save)
+                     target_modules=sorted(read.target_modules), modules_to_save=read.modules_to_save,
+                     use_dora=read.use_dora, init_lora_weights=read.init_lora_weights)
     wanted = dict(r=settings["r"], lora_alpha=settings["lora_alpha"], bias=settings["bias"],
                   use_rslora=settings["use_rslora"], target_modules=["q_proj", "v_proj"],
+                  use_dora=use_dora, init_lora_weights=init,
                   modules_to_save=None if settings["modules_to_save"] == "-" else [settings["modules_to_save"]])
     peer.check(f"{case}: PEFT reads ftopt's adapter_config.json", read_back == wanted, f"({read_back})")
     peer.close(f"{case}: PeftModel.from_pretrained gives ftopt's logits", logits(model), got["logits"],
                atol=LOGITS_ATOL)
+    # The backward: the gradients of the loss at ftopt's saved adapter (DoRA's row norm detached
+    # on both sides), and one SGD step with PEFT's LoRA+ groups against ftopt's parameter_groups.
+    tuned = PeftModel.from_pretrained(copy.deepcopy(base), peer.path(case), is_trainable=True).eval()
+    F.cross_entropy(tuned(pixel_values=x).logits, labels).backward()
+    params = trainable(tuned)
+    same_tensors(f"{case}: the gradients", {k: v for k, v in got.items() if k.startswith("grad.")},
+                 {"grad." + k: p.grad for k, p in params.items()}, atol=GRAD_ATOL)
+    optimizer = create_loraplus_optimizer(tuned, torch.optim.SGD, lr=LORAPLUS_LR, loraplus_lr_ratio=LORAPLUS_RATIO,
+                                          loraplus_weight_decay=LORAPLUS_DECAY)
+    optimizer.step()
+    same_tensors(f"{case}: the adapter after one LoRA+ SGD step",
+                 {k: v for k, v in got.items() if k.startswith("stepped.")},
+                 {"stepped." + k: p.detach() for k, p in params.items()}, atol=STEP_ATOL)
     merged = model.merge_and_unload()
     peer.close(f"{case}: merge_and_unload gives ftopt's merged logits", logits(merged), got["merged_logits"],
                atol=MERGED_ATOL)

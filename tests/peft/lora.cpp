@@ -209,3 +209,114 @@ TEST_CASE("AdapterNames map ftopt's ViT names to the ones transformers 5 and PEF
   CHECK_THAT(test::message_of([] { peft::AdapterNames{{{"(unclosed", "x"}}}.module("a.b"); }),
              Catch::Contains("AdapterNames: '(unclosed' is not a valid regular expression"));
 }
+
+TEST_CASE("LoRA+ groups, as PEFT's create_loraplus_optimizer makes them", "[peft][lora][loraplus]") {
+  auto model = test::tiny_vit(41);
+  LoraTrainer trainer(quiet(), {}, peft::Lora({.r = 4, .alpha = 8, .targets = {"query", "value"},
+                                               .modules_to_save = {"classifier", "vit.layernorm"},
+                                               .loraplus_lr_ratio = 16, .loraplus_weight_decay = 0.1}));
+  auto groups = trainer.parameter_groups(model, torch::optim::AdamWOptions(1e-3).weight_decay(0.05));
+  // PEFT's rule, by name: a matrix other than lora_B -> lr; lora_B or 1-D -> lr x 16, with decay
+  // 0.1 unless a bias or a LayerNorm's tensor (then 0).
+  std::map<std::string, std::pair<double, double>> expected;  // name -> (lr, weight decay)
+  for (const auto& item : model->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    const std::string& name = item.key();
+    const bool fast = name.find("lora_B") != std::string::npos || item.value().dim() == 1;
+    const bool no_decay = name.ends_with("bias") || name.starts_with("vit.layernorm.");
+    expected[name] = {fast ? 1.6e-2 : 1e-3, fast && no_decay ? 0.0 : 0.1};
+  }
+  CHECK(expected.size() == 8 + 2 + 2);  // the LoRA matrices, the head, the last LayerNorm
+  std::map<const void*, std::string> name_of;
+  for (const auto& item : model->named_parameters()) name_of[item.value().unsafeGetTensorImpl()] = item.key();
+  REQUIRE(groups.size() == 3);
+  std::size_t seen = 0;
+  for (auto& group : groups) {
+    const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    for (const auto& p : group.params()) {
+      const auto& name = name_of.at(p.unsafeGetTensorImpl());
+      INFO(name);
+      CHECK(options.lr() == Approx(expected.at(name).first));
+      CHECK(options.weight_decay() == Approx(expected.at(name).second));
+      CHECK(options.betas() == torch::optim::AdamWOptions().betas());  // the rest from the defaults
+      ++seen;
+    }
+  }
+  CHECK(seen == expected.size());
+
+  // The optimizer fits from them, and the lrs keep their ratio.
+  torch::optim::AdamW optimizer(std::move(groups));
+  torch::manual_seed(42);
+  trainer.fit(model, optimizer, test::Batches{{torch::randn({8, 1, 28, 28}), torch::randint(0, 10, {8})}});
+  CHECK(optimizer.param_groups()[1].options().get_lr() == Approx(16 * optimizer.param_groups()[0].options().get_lr()));
+
+  // Without the ratio, and for other policies: one group of prepare()'s parameters, the options as given.
+  auto plain_model = test::tiny_vit(43);
+  LoraTrainer plain(quiet(), {}, peft::Lora({.r = 4, .alpha = 8}));
+  auto one = plain.parameter_groups(plain_model, torch::optim::AdamWOptions(1e-3).weight_decay(0.05));
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].params().size() == plain.trainable_parameters().size());
+  CHECK(static_cast<const torch::optim::AdamWOptions&>(one[0].options()).weight_decay() == 0.05);
+  auto full_model = test::tiny_vit(44);
+  Trainer<> full(quiet());
+  auto whole = full.parameter_groups(full_model, torch::optim::SGDOptions(0.1));
+  REQUIRE(whole.size() == 1);
+  CHECK(whole[0].params().size() == full_model->parameters().size());
+}
+
+TEST_CASE("DoRA and PiSSA adapters save and load with PEFT's fields", "[peft][lora][dora]") {
+  test::ScratchDir dir("lora-dora-pissa");
+  auto model = test::tiny_vit(45);
+  const peft::LoraOptions settings{.r = 4, .alpha = 8, .targets = {"query", "value"}, .dora = true,
+                                   .init = peft::LoraInit::Pissa};
+  LoraTrainer trainer(quiet({.epochs = 2}), {}, settings);
+  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-2));
+  torch::manual_seed(46);
+  trainer.fit(model, optimizer, test::Batches{{torch::randn({16, 1, 28, 28}), torch::randint(0, 10, {16})}});
+  peft::save_adapter(*model, trainer.peft(), dir.path);
+
+  auto file = weights::load_safetensors(dir.path / "adapter_model.safetensors");
+  CHECK(file.size() == 12);  // A, B and the magnitude of 4 layers
+  CHECK(file.contains("base_model.model.vit.encoder.layer.0.attention.attention.query.lora_magnitude_vector"));
+  std::ifstream in(dir.path / "adapter_config.json");
+  auto config = nlohmann::json::parse(in);
+  CHECK(config["use_dora"] == true);
+  CHECK(config["init_lora_weights"] == "pissa");
+
+  const auto restored = peft::lora_config(dir.path);
+  CHECK(restored.dora);
+  CHECK(restored.init == peft::LoraInit::Pissa);
+  auto fresh = test::tiny_vit(45);  // the original base: attaching factors it again
+  LoraTrainer other(quiet(), {}, restored);
+  other.prepare(fresh);
+  CHECK(peft::load_adapter(*fresh, dir.path).loaded == 12);
+  model->eval();
+  fresh->eval();
+  auto x = torch::randn({2, 1, 28, 28});
+  CHECK(torch::allclose(fresh->forward(x), model->forward(x), 1e-5, 1e-6));
+}
+
+TEST_CASE("Lora's variants name their mistakes", "[peft][lora][errors]") {
+  auto model = test::tiny_vit(47);
+  LoraTrainer wide(quiet(), {}, peft::Lora({.r = 32}));
+  CHECK_THAT(test::message_of([&] { wide.prepare(model); }),
+             Catch::Contains("Lora: r = 32 is larger than layer 'vit.encoder.layer.0.attention.attention.query' "
+                             "allows (16 x 16); choose r <= 16"));
+  CHECK_THAT(test::message_of([] { LoraTrainer(quiet(), {}, peft::Lora({.loraplus_lr_ratio = 0.5})); }),
+             Catch::Contains("loraplus_lr_ratio must be 0 (off) or >= 1 (B's lr over A's), got 0.5"));
+
+  // A config asking for what ftopt's Lora does not do is refused, naming the file, field and value.
+  const std::string head = R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["query"], )";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("use_qalora": true})", "use_qalora = true is not supported by ftopt's Lora"},
+      {R"("rank_pattern": {"query": 8}})", R"(rank_pattern = {"query":8} is not supported by ftopt's Lora)"},
+      {R"("init_lora_weights": "loftq"})", R"(init_lora_weights = "loftq" is not supported; ftopt's Lora knows true, "gaussian", "pissa" and "olora")"},
+  };
+  for (const auto& [tail, message] : cases) {
+    test::ScratchDir dir("lora-unsupported");
+    std::ofstream(dir.path / "adapter_config.json") << head << tail;
+    INFO(tail);
+    CHECK_THAT(test::message_of([&] { peft::lora_config(dir.path); }),
+               Catch::Contains((dir.path / "adapter_config.json").string()) && Catch::Contains(message));
+  }
+}

@@ -5,6 +5,10 @@
 /// with A [r, in] Kaiming-uniform (a = sqrt(5)) and B [out, r] zero, so the model is unchanged at
 /// step 0; only A and B train (plus biases or whole modules when asked). A and B are registered
 /// on the layer as "lora_A" and "lora_B", so ".query.lora_A.weight" is in the state dict.
+/// A target nn::Conv2d gets PEFT's convolution branch (A a convolution into r channels, B 1x1).
+/// The variants PEFT spells as settings are settings here too: `dora` (use_dora), `init`
+/// (init_lora_weights: gaussian, pissa, olora; see peft/support/lora_branch.hpp) and LoRA+
+/// (`loraplus_lr_ratio`, through parameter_groups).
 ///
 ///   ftopt::Trainer<ftopt::precision::Bf16Mixed, ftopt::peft::Lora> trainer(
 ///       {}, {}, ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "value"},
@@ -12,22 +16,27 @@
 ///   ...
 ///   ftopt::peft::save_adapter(*model, trainer.peft(), "adapter/");   // PEFT's file names
 
-#include <array>
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <torch/nn/init.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/optim/optimizer.h>
 
 #include <ftopt/error.hpp>
+#include <ftopt/nn/conv2d.hpp>
+#include <ftopt/nn/layer_norm.hpp>
 #include <ftopt/nn/linear.hpp>
-#include <ftopt/nn/low_rank_linears.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/peft/concept.hpp>
 #include <ftopt/peft/full.hpp>
+#include <ftopt/peft/support/lora_branch.hpp>
 #include <ftopt/peft/support/targets.hpp>
 
 namespace ftopt::peft {
@@ -35,57 +44,20 @@ namespace ftopt::peft {
 /// PEFT's `bias`: which biases train beside the adapters.
 enum class LoraBias { None, All, LoraOnly };
 
-/// The branch attached to one nn::Linear.
-class LoraBranch : public nn::Extension<nn::LinearImpl> {
-public:
-  LoraBranch(nn::LinearImpl& layer, std::int64_t r, double scaling, double dropout)
-      : scaling_(scaling), dropout_(dropout),
-        a_(nn::Linear(torch::nn::LinearOptions(layer.options.in_features(), r).bias(false))),
-        b_(nn::Linear(torch::nn::LinearOptions(r, layer.options.out_features()).bias(false))) {
-    torch::NoGradGuard no_grad;
-    torch::nn::init::kaiming_uniform_(a_->weight, std::sqrt(5.0));  // PEFT's reset_lora_parameters
-    b_->weight.zero_();
-    detail::adopt(layer, "lora_A", a_);
-    detail::adopt(layer, "lora_B", b_);
+namespace detail {
+/// The names of the parameters that LayerNorm modules hold (transformers' ALL_LAYERNORM_LAYERS,
+/// which LoRA+ keeps out of weight decay).
+inline std::set<std::string> layer_norm_parameters(torch::nn::Module& module) {
+  std::set<std::string> names;
+  for (const auto& item : module.named_modules()) {
+    const auto& m = *item.value();
+    if (!m.as<torch::nn::LayerNormImpl>() && !m.as<nn::LayerNormImpl>()) continue;
+    for (const auto& p : m.named_parameters(/*recurse=*/false))
+      names.insert(item.key().empty() ? p.key() : item.key() + "." + p.key());
   }
-
-  /// Unmerged and without dropout on a frozen layer, one GEMM over W + scaling * B A
-  /// (nn::low_rank_linears); otherwise the layer's output plus the branch's.
-  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
-    if (merged_) return layer.base_forward(x);
-    const std::array<nn::LinearImpl*, 1> alone{&layer};
-    if (auto group = nn::low_rank_group(alone)) return nn::low_rank_linears(*group, nn::autocast_input(x));
-    return layer.base_forward(x) + added(layer, x);
-  }
-
-  /// scaling * B(A(dropout(x))), the term the branch adds to the layer's output. PEFT scales B's
-  /// output; scaling the rank-r product before B is the same up to rounding and touches r values
-  /// per token instead of out_features.
-  bool additive() const override { return !merged_; }
-  bool transparent() const override { return merged_; }
-  at::Tensor added(nn::LinearImpl& layer, const at::Tensor& x) override {
-    const at::Tensor dropped = dropout_ > 0 ? at::dropout(x, dropout_, layer.is_training()) : x;
-    return b_(a_(dropped) * scaling_);
-  }
-
-  std::optional<nn::LowRankTerm> low_rank(const nn::LinearImpl& layer) const override {
-    if (merged_ || (dropout_ > 0 && layer.is_training())) return std::nullopt;
-    return nn::LowRankTerm{a_->weight, b_->weight, scaling_};
-  }
-
-  /// scaling * B A, the update merge adds to W.
-  at::Tensor delta() const { return at::matmul(b_->weight, a_->weight) * scaling_; }
-  bool merged() const { return merged_; }
-  bool changes_forward() const override { return !merged_; }
-  void set_merged(bool merged) { merged_ = merged; }
-  nn::Linear& a() { return a_; }
-  nn::Linear& b() { return b_; }
-
-private:
-  double scaling_, dropout_;
-  nn::Linear a_, b_;
-  bool merged_ = false;
-};
+  return names;
+}
+} // namespace detail
 
 /// PEFT's LoraConfig, by its field names where they differ in the comments.
 struct LoraOptions {
@@ -98,16 +70,25 @@ struct LoraOptions {
   /// PEFT: modules_to_save; these train in full (e.g. a new classifier head).
   nn::NamePatterns modules_to_save;
   bool rslora = false;         ///< PEFT: use_rslora, scaling alpha / sqrt(r)
+  bool dora = false;           ///< PEFT: use_dora
+  LoraInit init = LoraInit::Default;  ///< PEFT: init_lora_weights
+  /// LoRA+ (PEFT's create_loraplus_optimizer): B's learning rate over A's; 0 leaves one group.
+  double loraplus_lr_ratio = 0;
+  double loraplus_weight_decay = 0;  ///< LoRA+: the weight decay of its groups (PEFT's default 0)
 
   void validate() const {
     ftopt::detail::check(r > 0, "Lora: r must be > 0, got ", r);
     ftopt::detail::check(alpha > 0, "Lora: alpha must be > 0, got ", alpha);
     ftopt::detail::check(dropout >= 0 && dropout < 1, "Lora: dropout must be in [0, 1), got ", dropout);
     ftopt::detail::check(!targets.empty(), "Lora: targets is empty; name the Linear modules to adapt");
+    ftopt::detail::check(loraplus_lr_ratio == 0 || loraplus_lr_ratio >= 1,
+                         "Lora: loraplus_lr_ratio must be 0 (off) or >= 1 (B's lr over A's), got ",
+                         loraplus_lr_ratio);
+    ftopt::detail::check(loraplus_weight_decay >= 0, "Lora: loraplus_weight_decay must be >= 0, got ",
+                         loraplus_weight_decay);
   }
 
   double scaling() const { return rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r); }
-
 };
 
 class Lora {
@@ -120,56 +101,139 @@ public:
   void validate() const { options_.validate(); }
   const LoraOptions& options() const { return options_; }
 
-  /// Freezes the model, attaches a branch to every nn::Linear whose name matches a target,
-  /// and unfreezes the adapters, the biases `bias` asks for and `modules_to_save`.
+  /// Freezes the model, attaches a branch to every nn::Linear and nn::Conv2d whose name matches a
+  /// target, and unfreezes the adapters, the biases `bias` asks for and `modules_to_save`. A rank
+  /// above a target's smaller dimension (a convolution's input counts its kernel) is an error:
+  /// B A could not use it.
   void attach(torch::nn::Module& module) {
-    const auto layers = detail::target_linears(module, options_.targets, "Lora");
+    std::vector<std::pair<std::string, nn::LinearImpl*>> linears;
+    std::vector<std::pair<std::string, nn::Conv2dImpl*>> convs;
+    for (const auto& [name, found] : detail::target_modules(module, options_.targets, "Lora")) {
+      if (auto* linear = found->as<nn::LinearImpl>()) {
+        check_rank(name, linear->options.out_features(), linear->options.in_features());
+        linears.emplace_back(name, linear);
+      } else if (auto* conv = found->as<nn::Conv2dImpl>()) {
+        const auto& k = *conv->options.kernel_size();
+        check_rank(name, conv->options.out_channels(), conv->options.in_channels() * k[0] * k[1]);
+        LoraConvBranch::check(*conv, branch_options(), name);
+        convs.emplace_back(name, conv);
+      } else {
+        ftopt::detail::fail("Lora: target '", name, "' is not an ftopt::nn::Linear or nn::Conv2d; Lora adapts those");
+      }
+    }
     for (auto& p : module.parameters()) p.requires_grad_(false);
     branches_.clear();
-    for (auto& [name, linear] : layers) {
-      auto branch = std::make_shared<LoraBranch>(*linear, options_.r, options_.scaling(), options_.dropout);
+    conv_branches_.clear();
+    std::vector<torch::Tensor> adapters;
+    for (auto& [name, linear] : linears) {
+      auto branch = std::make_shared<LoraBranch>(*linear, branch_options());
       linear->attach(branch);
       branches_.emplace_back(name, branch);
+      adapters.insert(adapters.end(), {branch->a()->weight, branch->b()->weight});
       if (options_.bias == LoraBias::LoraOnly && linear->bias.defined()) linear->bias.requires_grad_(true);
+    }
+    for (auto& [name, conv] : convs) {
+      auto branch = std::make_shared<LoraConvBranch>(*conv, branch_options(), name);
+      conv->attach(branch);
+      conv_branches_.emplace_back(name, branch);
+      adapters.insert(adapters.end(), {branch->a()->weight, branch->b()->weight});
+      if (options_.bias == LoraBias::LoraOnly && conv->bias.defined()) conv->bias.requires_grad_(true);
     }
     if (options_.bias == LoraBias::All)
       for (auto& item : module.named_parameters())
         if (item.key().ends_with("bias")) item.value().requires_grad_(true);
     if (!options_.modules_to_save.empty())
       for (const auto& name : nn::parameters_under(module, options_.modules_to_save)) module.named_parameters()[name].requires_grad_(true);
-    for (auto& [name, branch] : branches_) {
-      branch->a()->weight.requires_grad_(true);
-      branch->b()->weight.requires_grad_(true);
-    }
+    for (auto& adapter : adapters) adapter.requires_grad_(true);
   }
 
   std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module) const {
     return Full{}.trainable_parameters(module);
   }
 
-  /// Folds every branch into its layer: W += scaling * B A. The forward then skips the branch;
-  /// outputs are unchanged up to rounding.
-  void merge(torch::nn::Module& module) { fold(module, +1); }
-  /// Takes the branches back out of the weights (after merge).
-  void unmerge(torch::nn::Module& module) { fold(module, -1); }
+  /// The optimizer's parameter groups, each with a copy of `defaults` (an options type such as
+  /// torch::optim::AdamWOptions). One group without LoRA+. With loraplus_lr_ratio, the groups of
+  /// PEFT's create_loraplus_optimizer: the matrices other than lora_B (lora_A, a kept head's
+  /// weight) at defaults' lr; lora_B and every 1-D tensor (biases, DoRA's magnitudes, LayerNorms)
+  /// at lr times the ratio; weight decay loraplus_weight_decay, but 0 for biases and LayerNorms.
+  /// Empty groups are left out.
+  template <class Options>
+  std::vector<torch::optim::OptimizerParamGroup> parameter_groups(torch::nn::Module& module,
+                                                                  const Options& defaults) const {
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    auto add = [&](std::vector<torch::Tensor> params, double lr, std::optional<double> weight_decay) {
+      if (params.empty()) return;
+      auto options = std::make_unique<Options>(defaults);
+      options->lr(lr);
+      if constexpr (requires { options->weight_decay(0.0); })
+        if (weight_decay) options->weight_decay(*weight_decay);
+      groups.emplace_back(std::move(params), std::move(options));
+    };
+    if (options_.loraplus_lr_ratio == 0) {
+      add(trainable_parameters(module), defaults.get_lr(), std::nullopt);
+      return groups;
+    }
+    std::vector<torch::Tensor> a, b, b_no_decay;
+    const auto layer_norms = detail::layer_norm_parameters(module);
+    for (const auto& item : module.named_parameters()) {
+      const std::string& name = item.key();
+      const torch::Tensor& param = item.value();
+      if (!param.requires_grad()) continue;
+      if (name.find("lora_B") == std::string::npos && param.dim() != 1) a.push_back(param);
+      else if (name.find("bias") != std::string::npos || layer_norms.contains(name)) b_no_decay.push_back(param);
+      else b.push_back(param);
+    }
+    const double lr = defaults.get_lr(), decay = options_.loraplus_weight_decay;
+    add(std::move(a), lr, decay);
+    add(std::move(b), lr * options_.loraplus_lr_ratio, decay);
+    add(std::move(b_no_decay), lr * options_.loraplus_lr_ratio, 0.0);
+    return groups;
+  }
 
-  /// The adapted layers' names and branches, in module order.
+  /// Folds every branch into its layer: W += scaling * B A (DoRA: W = m / ||W + s B A|| (W + s B A)).
+  /// The forward then skips the branch; outputs are unchanged up to rounding.
+  void merge(torch::nn::Module& module) {
+    fold(module, /*merge=*/true);
+  }
+  /// Takes the branches back out of the weights (after merge).
+  void unmerge(torch::nn::Module& module) {
+    fold(module, /*merge=*/false);
+  }
+
+  /// The adapted Linear layers' names and branches, in module order.
   const std::vector<std::pair<std::string, std::shared_ptr<LoraBranch>>>& branches() const { return branches_; }
+  /// The adapted Conv2d layers' names and branches, in module order.
+  const std::vector<std::pair<std::string, std::shared_ptr<LoraConvBranch>>>& conv_branches() const {
+    return conv_branches_;
+  }
 
 private:
-  void fold(torch::nn::Module& module, int sign) {
-    torch::NoGradGuard no_grad;
+  LoraBranchOptions branch_options() const {
+    return {.r = options_.r, .scaling = options_.scaling(), .dropout = options_.dropout, .init = options_.init,
+            .dora = options_.dora};
+  }
+
+  void check_rank(const std::string& name, std::int64_t out, std::int64_t in) const {
+    const auto smaller = std::min(in, out);
+    ftopt::detail::check(options_.r <= smaller, "Lora: r = ", options_.r, " is larger than layer '", name,
+                         "' allows (", out, " x ", in, "); choose r <= ", smaller);
+  }
+
+  void fold(torch::nn::Module& module, bool merge) {
     auto modules = module.named_modules("", false);
     for (auto& [name, branch] : branches_) {
-      if (branch->merged() == (sign > 0)) continue;
-      auto* linear = modules[name]->as<nn::LinearImpl>();
-      linear->weight.add_(branch->delta().to(linear->weight.scalar_type()), sign);
-      branch->set_merged(sign > 0);
+      auto& layer = *modules[name]->as<nn::LinearImpl>();
+      merge ? branch->merge_into(layer) : branch->unmerge_from(layer);
+    }
+    for (auto& [name, branch] : conv_branches_) {
+      auto& layer = *modules[name]->as<nn::Conv2dImpl>();
+      merge ? branch->merge_into(layer) : branch->unmerge_from(layer);
     }
   }
 
   LoraOptions options_;
   std::vector<std::pair<std::string, std::shared_ptr<LoraBranch>>> branches_;
+  std::vector<std::pair<std::string, std::shared_ptr<LoraConvBranch>>> conv_branches_;
 };
 
 static_assert(Policy<Lora>);

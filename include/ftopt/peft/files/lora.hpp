@@ -4,8 +4,11 @@
 /// e.g. "base_model.model.vit.encoder.layer.0.attention.attention.query.lora_A.weight"; a
 /// target's own bias is "<target>.base_layer.bias", as PEFT's LoraLayer wraps the Linear) and
 /// `adapter_config.json` (LoraConfig's field names: peft_type, r, lora_alpha, lora_dropout,
-/// target_modules, bias, modules_to_save, use_rslora, ...). Checked against PEFT 0.21 both ways
-/// by tests/peer/lora.py. When the Python model names its modules differently from ftopt's
+/// target_modules, bias, modules_to_save, use_rslora, use_dora, init_lora_weights, ...); DoRA's
+/// magnitudes are "<target>.lora_magnitude_vector". A config that asks for what ftopt's Lora does
+/// not do (LoftQ, rank_pattern, lora_bias, ...) is refused, naming the field. A PiSSA or OLoRA
+/// adapter loads onto the original base: attaching factors W again and leaves the same residual,
+/// as PEFT's from_pretrained does. Checked against PEFT 0.21 both ways by tests/peer/lora.py. When the Python model names its modules differently from ftopt's
 /// (transformers 5's ViT), pass AdapterNames (peft/files/names.hpp) to all three functions.
 ///
 ///   ftopt::peft::save_adapter(*model, trainer.peft(), "adapter");
@@ -42,6 +45,38 @@ inline LoraBias bias_from(const std::string& name, const std::string& where) {
   for (LoraBias bias : {LoraBias::None, LoraBias::All, LoraBias::LoraOnly})
     if (name == bias_name(bias)) return bias;
   ftopt::detail::fail(where, ": bias must be none, all or lora_only, got '", name, "'");
+}
+/// init_lora_weights as PEFT writes it: true, or the method's name.
+inline nlohmann::json init_json(LoraInit init) {
+  switch (init) {
+    case LoraInit::Gaussian: return "gaussian";
+    case LoraInit::Pissa: return "pissa";
+    case LoraInit::Olora: return "olora";
+    case LoraInit::Default: break;
+  }
+  return true;
+}
+inline LoraInit init_from(const nlohmann::json& value, const std::string& where) {
+  if (value == true) return LoraInit::Default;
+  for (LoraInit init : {LoraInit::Gaussian, LoraInit::Pissa, LoraInit::Olora})
+    if (value == init_json(init)) return init;
+  ftopt::detail::fail(where, ": init_lora_weights = ", value.dump(),
+                      " is not supported; ftopt's Lora knows true, \"gaussian\", \"pissa\" and \"olora\"");
+}
+/// LoraConfig fields that change what the adapter computes and that ftopt's Lora does not do:
+/// a file that sets one is refused rather than read as plain LoRA.
+inline void refuse_unsupported(const nlohmann::json& config, const std::string& where) {
+  for (const char* key : {"use_qalora", "lora_bias", "fan_in_fan_out", "rank_pattern", "alpha_pattern",
+                          "layer_replication", "layers_to_transform", "exclude_modules", "target_parameters",
+                          "trainable_token_indices", "alora_invocation_tokens", "use_bdlora", "megatron_config",
+                          "corda_config", "eva_config", "arrow_config", "velora_config", "monteclora_config",
+                          "kasa_config", "lora_ga_config", "loftq_config"}) {
+    if (!config.contains(key)) continue;
+    const auto& value = config[key];
+    const bool unset = value.is_null() || value == false || (value.is_object() && value.empty()) ||
+                       (value.is_array() && value.empty());
+    ftopt::detail::check(unset, where, ": ", key, " = ", value.dump(), " is not supported by ftopt's Lora");
+  }
 }
 inline nlohmann::json patterns_json(const nn::NamePatterns& patterns) {
   // PEFT: a list of names, or one string that is a regex.
@@ -84,8 +119,9 @@ inline void save_adapter(const torch::nn::Module& module, const Lora& policy, co
                               ? nlohmann::json(nullptr)
                               : detail::patterns_json(patterns_to_peft(module, lora.modules_to_save, names))},
       {"use_rslora", lora.rslora},
+      {"use_dora", lora.dora},
       {"fan_in_fan_out", false},
-      {"init_lora_weights", true},
+      {"init_lora_weights", detail::init_json(lora.init)},
       {"inference_mode", true},
       {"task_type", nullptr},
       {"base_model_name_or_path", nullptr}};
@@ -102,16 +138,20 @@ inline LoraOptions lora_config(const std::filesystem::path& dir) {
   try {
     std::ifstream in(path);
     config = nlohmann::json::parse(in);
-    ftopt::detail::check(config.value("peft_type", "") == "LORA", "lora_config: ", path.string(),
-                         ": peft_type is '", config.value("peft_type", ""), "', not 'LORA'");
+    const std::string where = "lora_config: " + path.string();
+    ftopt::detail::check(config.value("peft_type", "") == "LORA", where, ": peft_type is '",
+                         config.value("peft_type", ""), "', not 'LORA'");
+    detail::refuse_unsupported(config, where);
     LoraOptions lora;
     lora.r = config.at("r").get<std::int64_t>();
     lora.alpha = config.at("lora_alpha").get<double>();
     lora.dropout = config.value("lora_dropout", 0.0);
     lora.targets = detail::patterns_from(config.at("target_modules"));
-    lora.bias = detail::bias_from(config.value("bias", std::string("none")), "lora_config: " + path.string());
+    lora.bias = detail::bias_from(config.value("bias", std::string("none")), where);
     if (config.contains("modules_to_save")) lora.modules_to_save = detail::patterns_from(config["modules_to_save"]);
     lora.rslora = config.value("use_rslora", false);
+    lora.dora = config.value("use_dora", false);
+    lora.init = detail::init_from(config.value("init_lora_weights", nlohmann::json(true)), where);
     lora.validate();
     return lora;
   } catch (const nlohmann::json::exception& e) {

@@ -139,7 +139,8 @@ inline std::pair<std::vector<std::string>, std::vector<std::string>> module_name
 
 /// For each tensor of the module's state dict, in its order: (ftopt's key, PEFT's key without
 /// "base_model.model."). A LoRA layer (a module with lora_A and lora_B children) has its own
-/// tensors under `base_layer` and its adapters under its name, as PEFT's LoraLayer does.
+/// tensors under `base_layer` and its adapters (lora_A, lora_B, DoRA's lora_magnitude_vector)
+/// under its name, as PEFT's LoraLayer does.
 inline std::vector<std::pair<std::string, std::string>> peft_keys(const torch::nn::Module& module,
                                                                   const AdapterNames& names = {}) {
   std::vector<std::pair<std::string, std::string>> out;
@@ -159,8 +160,13 @@ inline std::vector<std::pair<std::string, std::string>> peft_keys(const torch::n
       prefix = names.module(parent) + "." + leaf + ".";  // the adapters keep the layer's PEFT name
     else if (lora)
       prefix += "base_layer.";
-    for (const auto& p : sub.named_parameters(/*recurse=*/false))
-      if (p.value().defined()) out.emplace_back((name.empty() ? "" : name + ".") + p.key(), prefix + p.key());
+    for (const auto& p : sub.named_parameters(/*recurse=*/false)) {
+      if (!p.value().defined()) continue;
+      // DoRA's magnitude is the adapter's, not the wrapped layer's: "<layer>.lora_magnitude_vector".
+      const bool magnitude = lora && p.key() == "lora_magnitude_vector";
+      out.emplace_back((name.empty() ? "" : name + ".") + p.key(),
+                       (magnitude ? names.module(name) + "." : prefix) + p.key());
+    }
     for (const auto& b : sub.named_buffers(/*recurse=*/false))
       if (b.value().defined()) out.emplace_back((name.empty() ? "" : name + ".") + b.key(), prefix + b.key());
   }

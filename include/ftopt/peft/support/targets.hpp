@@ -1,9 +1,9 @@
 #pragma once
 /// The layers a PEFT policy adapts.
 ///
-/// target_linears: the nn::Linear layers whose module names match a PEFT policy's targets, in
-/// module order. A match that is not an nn::Linear, or no match at all, is an error naming the
-/// policy and the module names the model has.
+/// target_modules: the modules whose names match a PEFT policy's targets, in module order;
+/// target_linears: the same where each must be an nn::Linear. A match of the wrong type, or no
+/// match at all, is an error naming the policy and the module names the model has.
 
 #include <string>
 #include <string_view>
@@ -18,23 +18,34 @@
 
 namespace ftopt::peft::detail {
 
+/// The modules whose names match a PEFT policy's targets, in module order. No match at all is an
+/// error naming the policy and the module names the model has.
+inline std::vector<std::pair<std::string, torch::nn::Module*>> target_modules(torch::nn::Module& module,
+                                                                             const nn::NamePatterns& targets,
+                                                                             std::string_view who) {
+  std::vector<std::pair<std::string, torch::nn::Module*>> found;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    bool hit = false;
+    for (const auto& pattern : targets) hit = hit || pattern.matches(item.key());
+    if (hit) found.emplace_back(item.key(), item.value().get());
+  }
+  std::string names;
+  for (const auto& t : targets) names += (names.empty() ? "'" : ", '") + t.text + "'";
+  ftopt::detail::check(!found.empty(), who, ": targets ", names, " match no module; module names here: ",
+                       nn::detail::module_names_hint(module));
+  return found;
+}
+
 inline std::vector<std::pair<std::string, nn::LinearImpl*>> target_linears(torch::nn::Module& module,
                                                                            const nn::NamePatterns& targets,
                                                                            std::string_view who) {
   std::vector<std::pair<std::string, nn::LinearImpl*>> layers;
-  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
-    bool hit = false;
-    for (const auto& pattern : targets) hit = hit || pattern.matches(item.key());
-    if (!hit) continue;
-    auto* linear = item.value()->as<nn::LinearImpl>();
-    ftopt::detail::check(linear != nullptr, who, ": target '", item.key(), "' is not an ftopt::nn::Linear; ", who,
+  for (const auto& [name, found] : target_modules(module, targets, who)) {
+    auto* linear = found->as<nn::LinearImpl>();
+    ftopt::detail::check(linear != nullptr, who, ": target '", name, "' is not an ftopt::nn::Linear; ", who,
                          " adapts nn::Linear layers");
-    layers.emplace_back(item.key(), linear);
+    layers.emplace_back(name, linear);
   }
-  std::string names;
-  for (const auto& t : targets) names += (names.empty() ? "'" : ", '") + t.text + "'";
-  ftopt::detail::check(!layers.empty(), who, ": targets ", names, " match no module; module names here: ",
-                       nn::detail::module_names_hint(module));
   return layers;
 }
 
