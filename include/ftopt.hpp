@@ -52,11 +52,14 @@
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/peft/adapter.hpp>
 #include <ftopt/peft/prefix.hpp>
+#include <ftopt/peft/ia3.hpp>
 #include <ftopt/peft/support/lora_branch.hpp>
 #include <ftopt/peft/support/targets.hpp>
 #include <ftopt/peft/support/report.hpp>
 #include <ftopt/peft/files/names.hpp>
+#include <ftopt/peft/files/adapter.hpp>
 #include <ftopt/peft/files/lora.hpp>
+#include <ftopt/peft/files/ia3.hpp>
 
 // Memory.
 #include <ftopt/memory/concept.hpp>

@@ -15,43 +15,14 @@
 #include <ftopt/peft/files/lora.hpp>
 
 #include "peer.hpp"
+#include "vit_peer.hpp"
 
 namespace {
 using namespace ftopt;
-
-/// transformers 5's renaming of ViTModel's checkpoint names (conversion_mapping.py, "ViTModel"),
-/// in its order; ftopt's ViT has the checkpoint's names.
-const peft::AdapterNames transformers_vit = peft::transformers_vit_names();
+using peer::base_vit, peer::logits, peer::texts, peer::write_json, peer::transformers_vit;
 
 /// The LoRA+ step both sides take: SGD at lr 1e-2, B's lr 16 times A's, weight decay 0.1.
 constexpr double loraplus_lr = 1e-2, loraplus_ratio = 16, loraplus_decay = 0.1;
-
-/// The Python side's config: image_size 28, patch_size 7, one channel, hidden 32, 2 layers,
-/// 4 heads, intermediate 64, 10 labels; the weights are transformers' save_pretrained file.
-models::ViT base_vit(const std::filesystem::path& work) {
-  models::ViT vit({.image_size = 28, .patch_size = 7, .channels = 1, .hidden = 32, .layers = 2, .heads = 4,
-                   .intermediate = 64, .num_labels = 10});
-  weights::load(*vit, work / "base" / "model.safetensors");  // strict: every name matches
-  return vit;
-}
-
-at::Tensor logits(models::ViT& vit, const std::filesystem::path& work) {
-  vit->eval();
-  torch::NoGradGuard no_grad;
-  return vit->forward(peer::load(work, "input.safetensors")["x"]);
-}
-
-nlohmann::json texts(const nn::NamePatterns& patterns) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& p : patterns) out.push_back(p.text);
-  return out;
-}
-
-void write_json(const std::filesystem::path& path, const nlohmann::json& value) {
-  std::ofstream out(path);
-  out << value.dump(2) << '\n';
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
 
 } // namespace
 
@@ -105,18 +76,7 @@ int main(int argc, char** argv) {
        peft::Lora lora(options);
        lora.validate();
        lora.attach(*vit);
-       {
-         // Deterministic, non-zero values of about the size training gives (B starts at zero).
-         torch::NoGradGuard no_grad;
-         double k = 0;
-         for (auto& item : vit->named_parameters())
-           if (item.value().requires_grad()) {
-             auto& t = item.value();
-             const auto values = 0.05 * torch::sin(0.37 * torch::arange(t.numel(), torch::kDouble) + k);
-             t.add_(values.view(t.sizes()).to(t.scalar_type()));
-             k += 1;
-           }
-       }
+       peer::perturb_trainable(*vit);
        peft::save_adapter(*vit, lora, work / args[0], transformers_vit);
        weights::StateDict out;
        out.insert("logits", logits(vit, work));
@@ -125,11 +85,7 @@ int main(int argc, char** argv) {
        {
          const torch::optim::SGDOptions sgd(loraplus_lr);
          auto optimizer = torch::optim::SGD(lora.parameter_groups(*vit, sgd), sgd);
-         const auto loss = torch::nn::functional::cross_entropy(vit->forward(peer::load(work, "input.safetensors")["x"]),
-                                                                peer::load(work, "labels.safetensors")["labels"]);
-         loss.backward();
-         for (const auto& [own_key, peft_key] : keys)
-           if (own[own_key].requires_grad()) out.insert("grad." + peft_key, own[own_key].grad());
+         peer::insert_gradients(out, vit, work);
          optimizer.step();
          for (const auto& [own_key, peft_key] : keys)
            if (own[own_key].requires_grad()) out.insert("stepped." + peft_key, own[own_key].detach().clone());

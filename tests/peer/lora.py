@@ -35,9 +35,8 @@ import torch
 import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file
-from transformers import ViTConfig, ViTForImageClassification
 
-from peer import Peer
+from peer import Peer, small_vit
 
 import peft
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -48,25 +47,11 @@ MERGED_ATOL = 1e-5
 WEIGHTS_ATOL = 1e-6
 GRAD_ATOL = 1e-5
 STEP_ATOL = 1e-6
-LORAPLUS_LR, LORAPLUS_RATIO, LORAPLUS_DECAY = 1e-2, 16.0, 0.1  # SGD  # as tests/peer/lora.cpp
+LORAPLUS_LR, LORAPLUS_RATIO, LORAPLUS_DECAY = 1e-2, 16.0, 0.1  # SGD, as tests/peer/lora.cpp
 
 peer = Peer("lora")
 print(f"peer peft: peft {peft.__version__}, transformers {transformers.__version__}")
-config = ViTConfig(image_size=28, patch_size=7, num_channels=1, hidden_size=32, num_hidden_layers=2,
-                   num_attention_heads=4, intermediate_size=64, num_labels=10)
-base = ViTForImageClassification(config)
-with torch.no_grad():  # LayerNorms away from 1 and 0, so their weights and biases matter
-    for name, p in base.named_parameters():
-        if "layernorm" in name:
-            p.add_(torch.randn_like(p) * 0.1)
-base.eval()
-base.save_pretrained(peer.path("base"))
-x = torch.randn(4, 1, 28, 28)
-labels = torch.randint(0, 10, (4,))
-peer.save("input.safetensors", {"x": x})
-peer.save("labels.safetensors", {"labels": labels})
-with torch.no_grad():
-    base_logits = base(pixel_values=x).logits
+base, x, labels, base_logits = small_vit(peer)
 
 peer.ftopt("names")
 with open(peer.path("names.json")) as f:

@@ -39,6 +39,30 @@ class Mlp(torch.nn.Module):
         return self.layers(x.flatten(1))
 
 
+def small_vit(peer):
+    """The small random transformers ViTForImageClassification the ViT peer tests share (lora.py,
+    ia3.py; tests/peer/vit_peer.hpp is ftopt's side): 28x28, one channel, patch 7, hidden 32, 2
+    layers, 4 heads, MLP 64, 10 labels, its LayerNorms moved away from 1 and 0 so their tensors
+    matter. Saved with save_pretrained as base/, with 4 inputs and labels as input.safetensors and
+    labels.safetensors. Returns (model in eval mode, x, labels, its logits on x)."""
+    from transformers import ViTConfig, ViTForImageClassification
+    config = ViTConfig(image_size=28, patch_size=7, num_channels=1, hidden_size=32, num_hidden_layers=2,
+                       num_attention_heads=4, intermediate_size=64, num_labels=10)
+    base = ViTForImageClassification(config)
+    with torch.no_grad():
+        for name, p in base.named_parameters():
+            if "layernorm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    base.eval()
+    base.save_pretrained(peer.path("base"))
+    x = torch.randn(4, 1, 28, 28)
+    labels = torch.randint(0, 10, (4,))
+    peer.save("input.safetensors", {"x": x})
+    peer.save("labels.safetensors", {"labels": labels})
+    with torch.no_grad():
+        return base, x, labels, base(pixel_values=x).logits
+
+
 class Peer:
     def __init__(self, topic):
         parser = argparse.ArgumentParser(description=f"peer test: {topic}")

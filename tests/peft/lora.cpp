@@ -140,7 +140,7 @@ TEST_CASE("Adapters save and load with PEFT's names and config", "[peft][lora]")
 
   auto bare = test::tiny_vit(6);  // no Lora attached: the adapter's tensors have no place
   CHECK_THAT(test::message_of([&] { peft::load_adapter(*bare, dir); }),
-             Catch::Contains("have no place in the model (is the same Lora attached?)"));
+             Catch::Contains("have no place in the model (is the same adapter attached?)"));
   std::filesystem::remove_all(dir);
 }
 
@@ -312,6 +312,14 @@ TEST_CASE("Lora's variants name their mistakes", "[peft][lora][errors]") {
       {R"("rank_pattern": {"query": 8}})", R"(rank_pattern = {"query":8} is not supported by ftopt's Lora)"},
       {R"("init_lora_weights": "loftq"})", R"(init_lora_weights = "loftq" is not supported; ftopt's Lora knows true, "gaussian", "pissa" and "olora")"},
   };
+  {
+    // A target the model lacks is named with the file, before anything is attached.
+    test::ScratchDir dir("lora-missing-module");
+    std::ofstream(dir.path / "adapter_config.json") << R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["qeury"]})";
+    CHECK_THAT(test::message_of([&] { peft::lora_config(dir.path, *model, {}); }),
+               Catch::Contains((dir.path / "adapter_config.json").string() +
+                               ": target_modules entry 'qeury' matches no module of the model; module names here:"));
+  }
   for (const auto& [tail, message] : cases) {
     test::ScratchDir dir("lora-unsupported");
     std::ofstream(dir.path / "adapter_config.json") << head << tail;

@@ -66,7 +66,7 @@ inline bool under(const NamePattern& pattern, std::string_view name) {
 }
 
 /// The distinct last components of the module names, for "did you mean" messages.
-inline std::string module_names_hint(torch::nn::Module& module) {
+inline std::string module_names_hint(const torch::nn::Module& module) {
   std::set<std::string> leaves;
   for (const auto& item : module.named_modules("", /*include_self=*/false)) {
     const auto& key = item.key();

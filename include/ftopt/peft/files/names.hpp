@@ -64,14 +64,19 @@ inline AdapterNames transformers_vit_names() {
 
 namespace detail {
 
-inline bool is_lora_layer(const torch::nn::Module& module) {
+/// A layer a PEFT tuner wraps: LoRA's (lora_A and lora_B children) or IA3's (an ia3_l vector).
+/// PEFT keeps the wrapped layer's own tensors under "<layer>.base_layer".
+inline bool is_tuner_layer(const torch::nn::Module& module) {
   bool a = false, b = false;
   for (const auto& child : module.named_children()) {
     a = a || child.key() == "lora_A";
     b = b || child.key() == "lora_B";
   }
-  return a && b;
+  return (a && b) || module.named_parameters(/*recurse=*/false).contains("ia3_l");
 }
+
+/// The tensors an adapter registers on the layer it wraps, which keep the layer's own name.
+inline bool is_adapter_tensor(const std::string& key) { return key == "lora_magnitude_vector" || key == "ia3_l"; }
 
 /// The last `count` dotted components of `name` (all of it when it has fewer).
 inline std::string last_components(const std::string& name, std::size_t count) {
@@ -139,8 +144,8 @@ inline std::pair<std::vector<std::string>, std::vector<std::string>> module_name
 
 /// For each tensor of the module's state dict, in its order: (ftopt's key, PEFT's key without
 /// "base_model.model."). A LoRA layer (a module with lora_A and lora_B children) has its own
-/// tensors under `base_layer` and its adapters (lora_A, lora_B, DoRA's lora_magnitude_vector)
-/// under its name, as PEFT's LoraLayer does.
+/// tensors under `base_layer` and its adapters (lora_A, lora_B, DoRA's lora_magnitude_vector,
+/// IA3's ia3_l) under its name, as PEFT's tuner layers do.
 inline std::vector<std::pair<std::string, std::string>> peft_keys(const torch::nn::Module& module,
                                                                   const AdapterNames& names = {}) {
   std::vector<std::pair<std::string, std::string>> out;
@@ -148,7 +153,7 @@ inline std::vector<std::pair<std::string, std::string>> peft_keys(const torch::n
   for (const auto& item : module.named_modules()) {
     const std::string& name = item.key();
     const torch::nn::Module& sub = *item.value();
-    const bool lora = detail::is_lora_layer(sub);
+    const bool lora = detail::is_tuner_layer(sub);
     if (lora) lora_layers.push_back(name);
     std::string prefix = name.empty() ? "" : names.module(name) + ".";
     const auto dot = name.rfind('.');
@@ -162,10 +167,10 @@ inline std::vector<std::pair<std::string, std::string>> peft_keys(const torch::n
       prefix += "base_layer.";
     for (const auto& p : sub.named_parameters(/*recurse=*/false)) {
       if (!p.value().defined()) continue;
-      // DoRA's magnitude is the adapter's, not the wrapped layer's: "<layer>.lora_magnitude_vector".
-      const bool magnitude = lora && p.key() == "lora_magnitude_vector";
+      // DoRA's magnitude and IA3's vector are the adapter's, not the wrapped layer's.
+      const bool own_name = lora && detail::is_adapter_tensor(p.key());
       out.emplace_back((name.empty() ? "" : name + ".") + p.key(),
-                       (magnitude ? names.module(name) + "." : prefix) + p.key());
+                       (own_name ? names.module(name) + "." : prefix) + p.key());
     }
     for (const auto& b : sub.named_buffers(/*recurse=*/false))
       if (b.value().defined()) out.emplace_back((name.empty() ? "" : name + ".") + b.key(), prefix + b.key());

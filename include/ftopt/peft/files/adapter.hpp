@@ -1,0 +1,167 @@
+#pragma once
+/// What PEFT's adapter folders share, whatever the method: `adapter_model.safetensors` with the
+/// trainable tensors under "base_model.model.<PEFT name>" and `adapter_config.json` with the
+/// config's field names (peft_type first). peft/files/lora.hpp and peft/files/ia3.hpp write and
+/// read each method's config; `load_adapter` loads the tensors of either.
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
+
+#include <ftopt/detail/atomic_file.hpp>
+#include <ftopt/error.hpp>
+#include <ftopt/nn/names.hpp>
+#include <ftopt/peft/files/names.hpp>
+#include <ftopt/weights/safetensors.hpp>
+#include <ftopt/weights/state_dict.hpp>
+
+namespace ftopt::peft {
+
+inline constexpr const char* peft_prefix = "base_model.model.";
+
+namespace detail {
+/// Patterns as PEFT's config holds them: a list of names, or one regex (re.fullmatch). Names mixed
+/// with a regex become one regex, each name as "(.*\.)?name" (PEFT's rule for a name: the module's
+/// whole name or its dotted suffix), joined by "|".
+inline nlohmann::json patterns_json(const nn::NamePatterns& patterns) {
+  const bool any_regex = std::any_of(patterns.begin(), patterns.end(), [](const nn::NamePattern& p) { return p.is_regex; });
+  if (!any_regex) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& p : patterns) list.push_back(p.text);
+    return list;
+  }
+  if (patterns.size() == 1) return patterns.front().text;
+  std::string joined;
+  for (const auto& p : patterns) {
+    std::string alternative = p.text;
+    if (!p.is_regex) {
+      alternative.clear();
+      for (char c : p.text) alternative += c == '.' ? std::string("\\.") : std::string(1, c);
+      alternative = "(.*\\.)?" + alternative;
+    }
+    joined += (joined.empty() ? "(" : "|(") + alternative + ")";
+  }
+  return joined;
+}
+inline nn::NamePatterns patterns_from(const nlohmann::json& value) {
+  if (value.is_string()) return {nn::regex(value.get<std::string>())};
+  nn::NamePatterns out;
+  if (value.is_array())
+    for (const auto& v : value) out.emplace_back(v.get<std::string>());
+  return out;
+}
+/// modules_to_save as PEFT writes it: null when empty.
+inline nlohmann::json modules_to_save_json(const torch::nn::Module& module, const nn::NamePatterns& patterns,
+                                           const AdapterNames& names) {
+  return patterns.empty() ? nlohmann::json(nullptr) : patterns_json(patterns_to_peft(module, patterns, names));
+}
+
+/// Writes the module's trainable tensors under PEFT's names and `config` (the method's fields,
+/// then the fields every PEFT config has) into `dir` (created if needed); `who` names the policy
+/// in the error when nothing trains.
+inline void write_adapter(const torch::nn::Module& module, const std::filesystem::path& dir, const AdapterNames& names,
+                          nlohmann::ordered_json config, const std::string& who) {
+  config["inference_mode"] = true;
+  config["task_type"] = nullptr;
+  config["base_model_name_or_path"] = nullptr;
+  std::filesystem::create_directories(dir);
+  const auto own = weights::state_dict(module);
+  weights::StateDict adapter;
+  for (const auto& [own_key, peft_key] : peft_keys(module, names))
+    if (own[own_key].requires_grad()) adapter.insert(peft_prefix + peft_key, own[own_key]);
+  ftopt::detail::check(!adapter.is_empty(), "save_adapter: the module has no trainable tensors (was ", who,
+                       " attached?)");
+  weights::save_safetensors(dir / "adapter_model.safetensors", adapter, {{"format", "pt"}});
+  ftopt::detail::write_atomically(dir / "adapter_config.json", "save_adapter",
+                                  [&](std::ostream& out) { out << config.dump(2) << '\n'; });
+}
+
+/// adapter_config.json parsed, its peft_type checked against `peft_type`; `where` starts each error.
+inline nlohmann::json read_config(const std::filesystem::path& path, const std::string& peft_type,
+                                  const std::string& where) {
+  ftopt::detail::check(std::filesystem::is_regular_file(path), where, ": no such file");
+  nlohmann::json config;
+  try {
+    std::ifstream in(path);
+    config = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    ftopt::detail::fail(where, ": ", e.what());
+  }
+  const std::string found = config.is_object() ? config.value("peft_type", "") : "";
+  ftopt::detail::check(found == peft_type, where, ": peft_type is '", found, "', not '", peft_type, "'");
+  return config;
+}
+
+/// Fields of a config that ask for what the policy does not compute: one that is set (not absent,
+/// null, false or empty) is refused with the file, the field and its value, rather than read as
+/// the plain method.
+inline void refuse_set_fields(const nlohmann::json& config, std::initializer_list<const char*> keys,
+                              const std::string& where, const std::string& policy) {
+  for (const char* key : keys) {
+    if (!config.contains(key)) continue;
+    const auto& value = config[key];
+    const bool unset = value.is_null() || value == false || (value.is_object() && value.empty()) ||
+                       (value.is_array() && value.empty());
+    ftopt::detail::check(unset, where, ": ", key, " = ", value.dump(), " is not supported by ", policy);
+  }
+}
+
+/// Each of a config's patterns (its field `field`) matches a module of `module`, or the error names
+/// the file, the entry and the module names the model has.
+inline void require_in_model(const torch::nn::Module& module, const nn::NamePatterns& patterns,
+                             const std::string& field, const std::string& where) {
+  for (const auto& pattern : patterns) {
+    bool found = false;
+    for (const auto& item : module.named_modules("", /*include_self=*/false))
+      found = found || pattern.matches(item.key());
+    ftopt::detail::check(found, where, ": ", field, " entry '", pattern.text,
+                         "' matches no module of the model; module names here: ", nn::detail::module_names_hint(module));
+  }
+}
+} // namespace detail
+
+/// Loads a saved adapter into a module that has the same policy (Lora, Ia3) attached. Every tensor of the file
+/// must find its place; the module's other tensors are left as they are. Keys are PEFT's (see
+/// peft_keys; ftopt's own names are accepted too). PEFT's copies of a modules_to_save module
+/// beside its saved tensors, "<module>.original_module.*" (the frozen original) and
+/// "<module>.modules_to_save.*" (which bias="all" adds), are skipped: ftopt trains that module
+/// in place.
+inline weights::LoadReport load_adapter(torch::nn::Module& module, const std::filesystem::path& dir,
+                                        const AdapterNames& names = {}) {
+  const auto path = dir / "adapter_model.safetensors";
+  weights::StateDict file = weights::load_safetensors(path);
+  std::unordered_map<std::string, std::string> own_key_of;
+  for (const auto& [own_key, peft_key] : peft_keys(module, names)) own_key_of.emplace(peft_key, own_key);
+  const auto own = weights::state_dict(module);
+  const std::string prefix = peft_prefix;
+  auto strip = [&](const std::string& key) { return key.starts_with(prefix) ? key.substr(prefix.size()) : key; };
+  weights::StateDict renamed;
+  std::vector<std::string> stray;
+  for (const auto& item : file) {
+    std::string key = strip(item.key());
+    if (key.find(".original_module.") != std::string::npos) continue;
+    if (const auto at = key.find(".modules_to_save."); at != std::string::npos) {
+      key.erase(at + 1, std::string("modules_to_save.").size());
+      if (file.contains(prefix + key)) continue;
+    }
+    if (const auto found = own_key_of.find(key); found != own_key_of.end())
+      renamed.insert(found->second, item.value());
+    else if (own.contains(key))
+      renamed.insert(key, item.value());
+    else
+      stray.push_back(item.key());
+  }
+  ftopt::detail::check(stray.empty(), "load_adapter: ", path.string(), ": ", stray.size(),
+                       " tensors have no place in the model (is the same adapter attached?), first: ",
+                       stray.empty() ? "" : stray.front());
+  return weights::load_state_dict(module, renamed, {.strict = false}, "load_adapter: " + path.string());
+}
+
+} // namespace ftopt::peft

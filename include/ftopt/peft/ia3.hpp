@@ -1,0 +1,153 @@
+#pragma once
+/// peft::Ia3: (IA)^3 (Liu et al. 2022), learned scaling vectors, with the semantics and names of
+/// Hugging Face PEFT's IA3Config (peft/tuners/ia3, PEFT 0.21). Each target nn::Linear gets a
+/// vector l, registered on the layer as "ia3_l" (PEFT's file key "<target>.ia3_l"), starting at
+/// ones so the model is unchanged:
+///   a target:                 y = (W x + b) * l,  l [out, 1]  (keys and values: the output scaled)
+///   a feedforward target:     y = W (x * l) + b,  l [1, in]   (the MLP's intermediate activations,
+///                                                             scaled where the second Linear reads them)
+/// Only the vectors train (and modules_to_save). merge folds l into W (and b for a plain target).
+///
+///   ftopt::peft::Ia3 ia3({.targets = {"key", "value", mlp_output}, .feedforward = {mlp_output},
+///                         .modules_to_save = {"classifier"}});
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include <ftopt/error.hpp>
+#include <ftopt/nn/extension.hpp>
+#include <ftopt/nn/linear.hpp>
+#include <ftopt/nn/names.hpp>
+#include <ftopt/peft/concept.hpp>
+#include <ftopt/peft/full.hpp>
+#include <ftopt/peft/support/targets.hpp>
+
+namespace ftopt::peft {
+
+/// The scaling vector attached to one nn::Linear.
+class Ia3Scaling : public nn::Extension<nn::LinearImpl> {
+public:
+  Ia3Scaling(nn::LinearImpl& layer, bool feedforward) : feedforward_(feedforward) {
+    const auto shape = feedforward ? std::vector<std::int64_t>{1, layer.options.in_features()}
+                                   : std::vector<std::int64_t>{layer.options.out_features(), 1};
+    scale_ = layer.register_parameter("ia3_l", torch::ones(shape, layer.weight.options()));
+  }
+
+  /// PEFT's IA3 Linear.forward: the input scaled for a feedforward target, else the output.
+  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
+    if (merged_) return layer.base_forward(x);
+    const at::Tensor l = scale_.flatten();
+    return feedforward_ ? layer.base_forward(x * l) : layer.base_forward(x) * l;
+  }
+
+  /// W * l (a row per output for a plain target, a column per input for a feedforward one), and
+  /// b * l for a plain target.
+  void merge_into(nn::LinearImpl& layer) {
+    if (merged_) return;
+    torch::NoGradGuard no_grad;
+    layer.weight.mul_(scale_.to(layer.weight.scalar_type()));
+    if (!feedforward_ && layer.bias.defined()) layer.bias.mul_(scale_.flatten().to(layer.bias.scalar_type()));
+    merged_ = true;
+  }
+  /// Divides l back out (exact unless an entry of l is 0, where PEFT adds 1e-8 and ftopt refuses).
+  void unmerge_from(nn::LinearImpl& layer) {
+    if (!merged_) return;
+    torch::NoGradGuard no_grad;
+    ftopt::detail::check(scale_.ne(0).all().item<bool>(), "Ia3: cannot unmerge a scaling vector with a zero entry");
+    layer.weight.div_(scale_.to(layer.weight.scalar_type()));
+    if (!feedforward_ && layer.bias.defined()) layer.bias.div_(scale_.flatten().to(layer.bias.scalar_type()));
+    merged_ = false;
+  }
+
+  bool merged() const { return merged_; }
+  bool feedforward() const { return feedforward_; }
+  bool changes_forward() const override { return !merged_; }
+  bool transparent() const override { return merged_; }
+  const at::Tensor& scale() const { return scale_; }
+
+private:
+  bool feedforward_;
+  at::Tensor scale_;
+  bool merged_ = false;
+};
+
+/// PEFT's IA3Config, by its field names where they differ in the comments.
+struct Ia3Options {
+  /// PEFT: target_modules (module names, dotted suffixes, or nn::regex(...)).
+  nn::NamePatterns targets = {"key", "value"};
+  /// PEFT: feedforward_modules, the targets whose input is scaled; each must match a target.
+  nn::NamePatterns feedforward;
+  /// PEFT: modules_to_save; these train in full (e.g. a new classifier head).
+  nn::NamePatterns modules_to_save;
+
+  void validate() const {
+    ftopt::detail::check(!targets.empty(), "Ia3: targets is empty; name the Linear modules to scale");
+  }
+};
+
+class Ia3 {
+public:
+  using axis = ftopt::axis::Peft;
+  static constexpr const char* name = "ia3";  ///< in grids, tables and flags
+
+  Ia3(Ia3Options options = {}) : options_(std::move(options)) {}  // NOLINT: implicit, for Ia3({...})
+
+  void validate() const { options_.validate(); }
+  const Ia3Options& options() const { return options_; }
+
+  /// Freezes the model, attaches a scaling vector to every target nn::Linear, and unfreezes the
+  /// vectors and modules_to_save. A feedforward pattern that matches no target is an error
+  /// (PEFT: feedforward_modules must be a subset of target_modules).
+  void attach(torch::nn::Module& module) {
+    const auto layers = detail::target_linears(module, options_.targets, "Ia3");
+    for (const auto& pattern : options_.feedforward) {
+      bool found = false;
+      for (const auto& [name, linear] : layers) found = found || pattern.matches(name);
+      ftopt::detail::check(found, "Ia3: feedforward pattern '", pattern.text, "' matches none of the targets");
+    }
+    for (auto& p : module.parameters()) p.requires_grad_(false);
+    scalings_.clear();
+    for (const auto& [name, linear] : layers) {
+      bool feedforward = false;
+      for (const auto& pattern : options_.feedforward) feedforward = feedforward || pattern.matches(name);
+      auto scaling = std::make_shared<Ia3Scaling>(*linear, feedforward);
+      linear->attach(scaling);
+      scaling->scale().requires_grad_(true);
+      scalings_.emplace_back(name, scaling);
+    }
+    if (!options_.modules_to_save.empty())
+      for (const auto& name : nn::parameters_under(module, options_.modules_to_save)) module.named_parameters()[name].requires_grad_(true);
+  }
+
+  std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module) const {
+    return Full{}.trainable_parameters(module);
+  }
+
+  /// Folds every vector into its layer's weights; outputs are unchanged up to rounding.
+  void merge(torch::nn::Module& module) { fold(module, /*merge=*/true); }
+  /// Divides the vectors back out (after merge).
+  void unmerge(torch::nn::Module& module) { fold(module, /*merge=*/false); }
+
+  /// The scaled layers' names and vectors, in module order.
+  const std::vector<std::pair<std::string, std::shared_ptr<Ia3Scaling>>>& scalings() const { return scalings_; }
+
+private:
+  void fold(torch::nn::Module& module, bool merge) {
+    auto modules = module.named_modules("", false);
+    for (auto& [name, scaling] : scalings_) {
+      auto& layer = *modules[name]->as<nn::LinearImpl>();
+      merge ? scaling->merge_into(layer) : scaling->unmerge_from(layer);
+    }
+  }
+
+  Ia3Options options_;
+  std::vector<std::pair<std::string, std::shared_ptr<Ia3Scaling>>> scalings_;
+};
+
+static_assert(Policy<Ia3>);
+
+} // namespace ftopt::peft

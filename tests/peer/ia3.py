@@ -1,0 +1,102 @@
+"""Hugging Face PEFT's (IA)^3 adapters and ftopt's, both ways, on the small random transformers
+ViTForImageClassification of lora.py (keys, values and the MLP's second Linear, which is the
+feedforward module: its input, the MLP's intermediate activations, is scaled; the head kept).
+
+(a) PEFT -> ftopt: get_peft_model(IA3Config(...)) trains one AdamW step and saves; ftopt reads
+    adapter_config.json (which layers, which of them feedforward) and the vectors, and gives
+    PeftModel's logits.
+(b) ftopt -> PEFT: ftopt attaches the same IA3, moves every trainable tensor off its start and
+    saves; PeftModel.from_pretrained gives ftopt's logits and the gradients of a cross-entropy loss,
+    and merge_and_unload gives ftopt's merged logits and weights.
+
+Tolerances: logits and merged logits 1e-5, merged weights 1e-6, gradients 1e-5 (float32, the same
+operations; the scaling vector multiplies the same tensors on both sides).
+"""
+import copy
+import json
+
+import torch
+import torch.nn.functional as F
+import transformers
+from safetensors.torch import load_file
+
+from peer import Peer, small_vit
+
+import peft
+from peft import IA3Config, PeftModel, get_peft_model
+
+LOGITS_ATOL = 1e-5
+WEIGHTS_ATOL = 1e-6
+GRAD_ATOL = 1e-5
+
+peer = Peer("ia3")
+print(f"peer ia3: peft {peft.__version__}, transformers {transformers.__version__}")
+base, x, labels, base_logits = small_vit(peer)
+
+
+def logits(model):
+    with torch.no_grad():
+        return model(pixel_values=x).logits
+
+
+def file_key(name):
+    """PEFT's in-memory parameter name as its adapter file (and ftopt's PEFT keys) spell it."""
+    name = name.removeprefix("base_model.model.").replace(".modules_to_save.default.", ".")
+    return name.removesuffix(".default") if name.endswith("ia3_l.default") else name
+
+
+# (a) PEFT -> ftopt
+model = get_peft_model(copy.deepcopy(base), IA3Config(target_modules=["k_proj", "v_proj", "fc2"],
+                                                      feedforward_modules=["fc2"], modules_to_save=["classifier"]))
+model.train()
+optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
+F.cross_entropy(model(pixel_values=x).logits, labels).backward()
+optimizer.step()
+model.eval()
+model.save_pretrained(peer.path("peft_ia3"))
+expected = logits(model)
+worst = (expected - base_logits).abs().max().item()
+peer.check("peft_ia3: the adapter changes the logits", worst > 100 * LOGITS_ATOL, f"(max |diff| {worst:.3g})")
+peer.ftopt("load", "peft_ia3")
+got = peer.load("peft_ia3.ftopt.safetensors")
+with open(peer.path("peft_ia3.ftopt.json")) as f:
+    read = json.load(f)
+adapter = load_file(peer.path("peft_ia3/adapter_model.safetensors"))
+peer.check("peft_ia3: ftopt scales the 6 layers PEFT does, 2 of them feedforward",
+           read["scaled_layers"] == 6 and read["feedforward_layers"] == 2, f"({read})")
+peer.check("peft_ia3: ftopt loads every tensor of PEFT's file", read["loaded"] == len(adapter),
+           f"({read['loaded']} of {len(adapter)})")
+peer.close("peft_ia3: PeftModel's logits", got["logits"], expected, atol=LOGITS_ATOL)
+
+# (b) ftopt -> PEFT
+peer.ftopt("save", "ftopt_ia3")
+got = peer.load("ftopt_ia3.ftopt.safetensors")
+worst = (got["logits"] - base_logits).abs().max().item()
+peer.check("ftopt_ia3: the adapter changes the logits", worst > 100 * LOGITS_ATOL, f"(max |diff| {worst:.3g})")
+loaded = PeftModel.from_pretrained(copy.deepcopy(base), peer.path("ftopt_ia3"), is_trainable=True).eval()
+read = loaded.peft_config["default"]
+peer.check("ftopt_ia3: PEFT reads ftopt's feedforward modules as a part of the targets",
+           set(read.feedforward_modules) <= set(read.target_modules) and sorted(read.feedforward_modules) == ["fc2"],
+           f"(targets {sorted(read.target_modules)}, feedforward {sorted(read.feedforward_modules)})")
+peer.close("ftopt_ia3: PeftModel.from_pretrained gives ftopt's logits", logits(loaded), got["logits"], atol=LOGITS_ATOL)
+F.cross_entropy(loaded(pixel_values=x).logits, labels).backward()
+grads = {"grad." + file_key(n): p.grad for n, p in loaded.named_parameters() if p.requires_grad}
+ftopt_grads = {k: v for k, v in got.items() if k.startswith("grad.")}
+peer.check("ftopt_ia3: the same trainable tensors", sorted(grads) == sorted(ftopt_grads),
+           f"(only ftopt: {sorted(set(ftopt_grads) - set(grads))[:3]}, only PEFT: {sorted(set(grads) - set(ftopt_grads))[:3]})")
+if sorted(grads) == sorted(ftopt_grads):
+    peer.close("ftopt_ia3: the gradients", torch.cat([ftopt_grads[k].flatten() for k in sorted(grads)]),
+               torch.cat([grads[k].flatten() for k in sorted(grads)]), atol=GRAD_ATOL)
+merged = loaded.merge_and_unload()
+peer.close("ftopt_ia3: merge_and_unload gives ftopt's merged logits", logits(merged), got["merged_logits"],
+           atol=LOGITS_ATOL)
+merged.save_pretrained(peer.path("ftopt_ia3_merged"))
+merged_weights = load_file(peer.path("ftopt_ia3_merged/model.safetensors"))
+ftopt_weights = {k.removeprefix("merged."): v for k, v in got.items() if k.startswith("merged.")}
+peer.check("ftopt_ia3: merged checkpoints have the same names", sorted(merged_weights) == sorted(ftopt_weights),
+           f"({len(merged_weights)} vs {len(ftopt_weights)})")
+if sorted(merged_weights) == sorted(ftopt_weights):
+    peer.close("ftopt_ia3: merge_and_unload's weights are ftopt's merged weights",
+               torch.cat([ftopt_weights[k].flatten() for k in sorted(ftopt_weights)]),
+               torch.cat([merged_weights[k].flatten() for k in sorted(ftopt_weights)]), atol=WEIGHTS_ATOL)
+peer.done()

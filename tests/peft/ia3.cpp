@@ -1,0 +1,146 @@
+// Tests for include/ftopt/peft/ia3.hpp and peft/files/ia3.hpp, against HF PEFT's IA3 semantics
+// (peft/tuners/ia3/layer.py, PEFT 0.21: a target's output times l [out, 1], a feedforward
+// target's input times l [1, in], l starting at ones; merge W * l, and b * l for a plain target),
+// written out here; tests/peer/ia3.py checks the same against the real PEFT.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+#include <ftopt/peft/files/ia3.hpp>
+#include <ftopt/peft/ia3.hpp>
+
+#include "../support.hpp"
+
+using namespace ftopt;
+using ftopt::test::quiet;
+
+namespace {
+using Ia3Trainer = Trainer<precision::Fp32, peft::Ia3>;
+/// The ViT's MLP output Linear (layer.N.output.dense), not the attention's output.dense.
+const nn::NamePattern mlp_output = nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)");
+} // namespace
+
+TEST_CASE("IA3 scales a target's output and a feedforward target's input", "[peft][ia3]") {
+  torch::manual_seed(51);
+  torch::nn::Sequential net(nn::Linear(6, 5), nn::Linear(5, 4));
+  peft::Ia3 ia3({.targets = {"0", "1"}, .feedforward = {"1"}});
+  ia3.attach(*net);
+  auto* first = net[0]->as<nn::LinearImpl>();
+  auto* second = net[1]->as<nn::LinearImpl>();
+  const auto& l0 = ia3.scalings()[0].second->scale();
+  const auto& l1 = ia3.scalings()[1].second->scale();
+  CHECK(l0.sizes() == torch::IntArrayRef({5, 1}));  // PEFT's shapes: [out, 1], feedforward [1, in]
+  CHECK(l1.sizes() == torch::IntArrayRef({1, 5}));
+  auto x = torch::randn({3, 6});
+  auto plain = torch::linear(torch::linear(x, first->weight, first->bias), second->weight, second->bias);
+  CHECK(torch::allclose(net->forward(x), plain, 1e-6, 1e-6));  // ones: unchanged
+  for (const auto& item : net->named_parameters()) {
+    INFO(item.key());
+    CHECK(item.value().requires_grad() == item.key().ends_with("ia3_l"));
+  }
+  torch::NoGradGuard no_grad;
+  l0.uniform_(0.5, 1.5);
+  l1.uniform_(0.5, 1.5);
+  const auto hidden = torch::linear(x, first->weight, first->bias) * l0.flatten();
+  const auto expected = torch::linear(hidden * l1.flatten(), second->weight, second->bias);
+  CHECK(torch::allclose(net->forward(x), expected, 1e-6, 1e-6));
+  const auto w0 = first->weight.clone(), b0 = first->bias.clone(), w1 = second->weight.clone(), b1 = second->bias.clone();
+  ia3.merge(*net);
+  CHECK(torch::allclose(first->weight, w0 * l0, 1e-6, 1e-7));            // rows scaled
+  CHECK(torch::allclose(first->bias, b0 * l0.flatten(), 1e-6, 1e-7));
+  CHECK(torch::allclose(second->weight, w1 * l1, 1e-6, 1e-7));           // columns scaled
+  CHECK(torch::equal(second->bias, b1));
+  CHECK(torch::allclose(net->forward(x), expected, 1e-5, 1e-6));
+  ia3.unmerge(*net);
+  CHECK(torch::allclose(first->weight, w0, 1e-6, 1e-7));
+  CHECK(torch::allclose(second->weight, w1, 1e-6, 1e-7));
+  CHECK(torch::allclose(net->forward(x), expected, 1e-5, 1e-6));
+}
+
+TEST_CASE("IA3 on the ViT: keys, values and the MLP's intermediate activations train", "[peft][ia3]") {
+  auto model = test::tiny_vit(52);
+  Ia3Trainer trainer(quiet({.epochs = 4}), {}, peft::Ia3({.targets = {"key", "value", mlp_output},
+                                                           .feedforward = {mlp_output},
+                                                           .modules_to_save = {"classifier"}}));
+  const auto& trainable = trainer.prepare(model);
+  // 2 layers x (key [16, 1], value [16, 1], MLP output [1, 32]) and the head (10x16 + 10).
+  CHECK(trainable.size() == 2 * 3 + 2);
+  const auto named = model->named_parameters();
+  CHECK(named["vit.encoder.layer.1.attention.attention.key.ia3_l"].sizes() == torch::IntArrayRef({16, 1}));
+  CHECK(named["vit.encoder.layer.0.output.dense.ia3_l"].sizes() == torch::IntArrayRef({1, 32}));
+  CHECK_FALSE(named.contains("vit.encoder.layer.0.attention.output.dense.ia3_l"));
+  torch::optim::AdamW optimizer(trainable, torch::optim::AdamWOptions(1e-2));
+  const auto frozen = named["vit.encoder.layer.0.attention.attention.key.weight"].clone();
+  torch::manual_seed(53);
+  auto summary = trainer.fit(model, optimizer, test::Batches{{torch::randn({32, 1, 28, 28}), torch::randint(0, 10, {32})}});
+  CHECK(summary.epochs.back().loss < summary.epochs.front().loss);
+  CHECK(torch::equal(named["vit.encoder.layer.0.attention.attention.key.weight"], frozen));
+  CHECK_FALSE(torch::equal(named["vit.encoder.layer.0.output.dense.ia3_l"], torch::ones({1, 32})));
+}
+
+TEST_CASE("IA3 adapters save and load with PEFT's names and config", "[peft][ia3]") {
+  test::ScratchDir dir("ia3-files");
+  auto model = test::tiny_vit(54);
+  const peft::Ia3Options settings{.targets = {"key", "value", mlp_output}, .feedforward = {mlp_output},
+                                  .modules_to_save = {"classifier"}};
+  Ia3Trainer trainer(quiet({.epochs = 2}), {}, settings);
+  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-2));
+  torch::manual_seed(55);
+  trainer.fit(model, optimizer, test::Batches{{torch::randn({16, 1, 28, 28}), torch::randint(0, 10, {16})}});
+  peft::save_adapter(*model, trainer.peft(), dir.path);
+  auto file = weights::load_safetensors(dir.path / "adapter_model.safetensors");
+  CHECK(file.size() == 8);
+  CHECK(file.contains("base_model.model.vit.encoder.layer.0.output.dense.ia3_l"));
+  std::ifstream in(dir.path / "adapter_config.json");
+  auto config = nlohmann::json::parse(in);
+  CHECK(config["peft_type"] == "IA3");
+  CHECK(config["feedforward_modules"] == mlp_output.text);
+  // Names mixed with a regex: one regex, each name as PEFT matches it (whole name or dotted suffix).
+  CHECK(config["target_modules"] ==
+        R"(((.*\.)?key)|((.*\.)?value)|()" + mlp_output.text + ")");
+
+  const auto restored = peft::ia3_config(dir.path);
+  REQUIRE(restored.feedforward.size() == 1);
+  CHECK(restored.feedforward.front().is_regex);
+  auto fresh = test::tiny_vit(54);
+  Ia3Trainer other(quiet(), {}, restored);
+  other.prepare(fresh);
+  CHECK(peft::load_adapter(*fresh, dir.path).loaded == 8);
+  CHECK(other.peft().scalings().size() == 6);
+  model->eval();
+  fresh->eval();
+  auto x = torch::randn({2, 1, 28, 28});
+  CHECK(torch::allclose(fresh->forward(x), model->forward(x), 1e-6, 1e-6));
+}
+
+TEST_CASE("Ia3 names its mistakes", "[peft][ia3][errors]") {
+  auto model = test::tiny_vit(56);
+  Ia3Trainer stray(quiet(), {}, peft::Ia3({.targets = {"key"}, .feedforward = {"value"}}));
+  CHECK_THAT(test::message_of([&] { stray.prepare(model); }),
+             Catch::Contains("Ia3: feedforward pattern 'value' matches none of the targets"));
+  for (const auto& p : model->parameters()) CHECK(p.requires_grad());  // refused before anything changed
+  Ia3Trainer norms(quiet(), {}, peft::Ia3({.targets = {"layernorm_before"}}));
+  CHECK_THAT(test::message_of([&] { norms.prepare(model); }), Catch::Contains("is not an ftopt::nn::Linear"));
+  CHECK_THAT(test::message_of([] { Ia3Trainer(quiet(), {}, peft::Ia3({.targets = {}})); }),
+             Catch::Contains("Ia3: targets is empty"));
+
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"peft_type": "LORA", "target_modules": ["key"]})", "peft_type is 'LORA', not 'IA3'"},
+      {R"({"peft_type": "IA3", "target_modules": ["key"], "fan_in_fan_out": true})",
+       "fan_in_fan_out = true is not supported by ftopt's Ia3"},
+      {R"({"peft_type": "IA3", "target_modules": ["key"], "init_ia3_weights": false})",
+       "init_ia3_weights = false (random vectors) is not supported"},
+      {R"({"peft_type": "IA3"})", "key 'target_modules' not found"},
+  };
+  for (const auto& [text, message] : cases) {
+    INFO(text);
+    test::ScratchDir dir("ia3-bad-config");
+    std::ofstream(dir.path / "adapter_config.json") << text;
+    CHECK_THAT(test::message_of([&] { peft::ia3_config(dir.path); }),
+               Catch::Contains("ia3_config: " + (dir.path / "adapter_config.json").string()) && Catch::Contains(message));
+  }
+}
