@@ -34,6 +34,7 @@
 #include <ftopt/schedule/constant_with_warmup.hpp>
 #include <ftopt/schedule/step_decay.hpp>
 #include <ftopt/optim/fused_adamw.hpp>
+#include <ftopt/optim/adamw8bit.hpp>
 
 // Precision.
 #include <ftopt/precision/concept.hpp>
@@ -53,6 +54,7 @@
 #include <ftopt/peft/adapter.hpp>
 #include <ftopt/peft/prefix.hpp>
 #include <ftopt/peft/ia3.hpp>
+#include <ftopt/peft/vera.hpp>
 #include <ftopt/peft/support/lora_branch.hpp>
 #include <ftopt/peft/support/targets.hpp>
 #include <ftopt/peft/support/report.hpp>
@@ -60,6 +62,7 @@
 #include <ftopt/peft/files/adapter.hpp>
 #include <ftopt/peft/files/lora.hpp>
 #include <ftopt/peft/files/ia3.hpp>
+#include <ftopt/peft/files/vera.hpp>
 
 // Memory.
 #include <ftopt/memory/concept.hpp>

@@ -22,22 +22,29 @@ namespace grid = ftopt::grid;
 /// The ViT's policy grid: what --peft/--memory/--quant name, --auto chooses from and --grid
 /// reports on. Every valid combination is a Trainer compiled into this program.
 using MainGrid = grid::Grid<grid::Axis<ftopt::precision::Fp32, ftopt::precision::Bf16Mixed>,
-                            grid::Axis<ftopt::peft::Full, ftopt::peft::Lora, ftopt::peft::Adapter>,
+                            grid::Axis<ftopt::peft::Full, ftopt::peft::Lora, ftopt::peft::Adapter,
+                                       ftopt::peft::Ia3, ftopt::peft::Vera>,
                             grid::Axis<ftopt::memory::None, ftopt::memory::Checkpoint>,
                             grid::Axis<ftopt::parallel::Single>,
                             grid::Axis<ftopt::quant::None, ftopt::quant::DynamicInt8>>;
 
-/// The policies' settings in the grid: LoRA as in the best rows; bottleneck adapters (HF's
-/// default places: attention output and MLP output); both train the new head in full.
+/// The policies' settings in the grid: LoRA, IA3 and VeRA as in the best rows; bottleneck
+/// adapters (HF's default places: attention output and MLP output); all train the new head in full.
 inline auto grid_settings() {
+  const ftopt::nn::NamePattern mlp_output = ftopt::nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)");
   return grid::Settings(ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
                                            .modules_to_save = {"classifier"}}),
-                        ftopt::peft::Adapter({.modules_to_save = {"classifier"}}));
+                        ftopt::peft::Adapter({.modules_to_save = {"classifier"}}),
+                        ftopt::peft::Ia3({.targets = {"key", "value", mlp_output}, .feedforward = {mlp_output},
+                                          .modules_to_save = {"classifier"}}),
+                        ftopt::peft::Vera({.r = 256, .targets = {"query", "key", "value", "dense"},
+                                           .modules_to_save = {"classifier"}}));
 }
 
-/// The grid's learning rates: adapters get 3x the full fine-tuning rate, as in the best rows.
+/// The grid's learning rates: LoRA and adapters get 3x the full fine-tuning rate, the vector
+/// methods (IA3, VeRA, a few thousand values each) 10x, as in the best rows.
 inline grid::RunOptions grid_run_options(double lr) {
-  return {.lr = lr, .lr_scale = {{"lora", 3.0}, {"adapter", 3.0}}};
+  return {.lr = lr, .lr_scale = {{"lora", 3.0}, {"adapter", 3.0}, {"ia3", 10.0}, {"vera", 10.0}}};
 }
 
 /// Trains the combination `wanted` of the main grid for the run's epochs.

@@ -67,7 +67,8 @@ enum class Loading {
 
 /// Trains one row. `Pipelines`: whether the pipeline loadings are compiled in (the grid's
 /// combinations train in memory only, which keeps the main grid's compile time down).
-template <bool Pipelines = true, class Trainer, class M>
+/// `Optimizer`: AdamW, or an optimizer that takes its options (optim::AdamW8bit).
+template <bool Pipelines = true, class Optimizer = torch::optim::AdamW, class Trainer, class M>
 Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_set, const Prepared& test_set,
           double lr, Loading loading = Loading::InMemory, bool augmented = false, bool int8 = true) {
   namespace fp = ftopt::pipeline;
@@ -75,7 +76,7 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
   torch::manual_seed(1);  // every row starts from the same random state (adapter initialization)
   ftopt::data::TensorBatches test_batches(test_set.images, test_set.labels, {.batch_size = 500, .shuffle = false});
   // One group, or the Peft policy's (LoRA+ gives B a larger lr).
-  torch::optim::AdamW optimizer(trainer.parameter_groups(model, torch::optim::AdamWOptions(lr).weight_decay(0.05)));
+  Optimizer optimizer(trainer.parameter_groups(model, torch::optim::AdamWOptions(lr).weight_decay(0.05)));
   const auto& params = trainer.trainable_parameters();
   if (const auto& saved = trainer.options().checkpoint; saved && std::filesystem::exists(saved->path)) {
     trainer.load_checkpoint(saved->path, model, optimizer);
@@ -194,6 +195,25 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
     variant("+ DoRA (r 8, all block Linears, head)", dora);
     variant("PiSSA init (r 8, all block Linears, head)", pissa);
     variant("+ LoRA+ (r 8, all block Linears, head, B's lr x 16)", loraplus);
+    // PEFT's other vector methods: (IA)^3 on keys, values and the MLP's intermediate activations
+    // (PEFT's ViT defaults), VeRA (r 256, its paper's and PEFT's default) on every block Linear.
+    {
+      auto model = fresh();
+      const ftopt::nn::NamePattern mlp_output = ftopt::nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)");
+      const ftopt::peft::Ia3 ia3({.targets = {"key", "value", mlp_output}, .feedforward = {mlp_output},
+                                  .modules_to_save = {"classifier"}});
+      rows.push_back(train(precision + " + peft::Ia3 (keys, values, MLP activations, head)",
+                           ftopt::Trainer<Precision, ftopt::peft::Ia3>(options, {}, ia3), model, train_set, test_set,
+                           10 * lr, Loading::Pipeline));
+    }
+    {
+      auto model = fresh();
+      const ftopt::peft::Vera vera({.r = 256, .targets = {"query", "key", "value", "dense"},
+                                    .modules_to_save = {"classifier"}});
+      rows.push_back(train(precision + " + peft::Vera (r 256, all block Linears, head)",
+                           ftopt::Trainer<Precision, ftopt::peft::Vera>(options, {}, vera), model, train_set, test_set,
+                           10 * lr, Loading::Pipeline));
+    }
   } else {
     // LoRA on every convolution of the residual blocks (PEFT's Conv2d LoRA) with a new head.
     {

@@ -20,6 +20,7 @@ P peft_law_policy() {
   else if constexpr (std::is_same_v<P, peft::Adapter>) return peft::Adapter({.reduction_factor = 4});
   else if constexpr (std::is_same_v<P, peft::Prefix>) return peft::Prefix({.num_virtual_tokens = 3});
   else if constexpr (std::is_same_v<P, peft::Ia3>) return peft::Ia3({.targets = {"key", "value"}});
+  else if constexpr (std::is_same_v<P, peft::Vera>) return peft::Vera({.r = 8, .targets = {"query", "value"}});
   else return P{};
 }
 
@@ -33,7 +34,7 @@ test::Batches peft_law_batches() {
 } // namespace
 
 TEMPLATE_TEST_CASE("Every Peft policy keeps the Peft laws", "[peft][laws]", peft::Full, peft::Freeze, peft::Lora,
-                   peft::Adapter, peft::Prefix, peft::Ia3) {
+                   peft::Adapter, peft::Prefix, peft::Ia3, peft::Vera) {
   STATIC_REQUIRE(peft::Policy<TestType>);
   auto model = test::tiny_vit(40);
   const auto batches = peft_law_batches();

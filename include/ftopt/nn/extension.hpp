@@ -29,6 +29,7 @@ struct LowRankTerm {
 
 template <class Layer>
 struct Extension {
+  using layer_type = Layer;
   virtual ~Extension() = default;
   virtual at::Tensor forward(Layer& layer, const at::Tensor& input) = 0;
   /// False once the extension computes exactly the layer's own forward (a merged LoRA branch):

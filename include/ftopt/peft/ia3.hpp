@@ -128,22 +128,14 @@ public:
   }
 
   /// Folds every vector into its layer's weights; outputs are unchanged up to rounding.
-  void merge(torch::nn::Module& module) { fold(module, /*merge=*/true); }
+  void merge(torch::nn::Module& module) { detail::fold_branches(module, scalings_, /*merge=*/true); }
   /// Divides the vectors back out (after merge).
-  void unmerge(torch::nn::Module& module) { fold(module, /*merge=*/false); }
+  void unmerge(torch::nn::Module& module) { detail::fold_branches(module, scalings_, /*merge=*/false); }
 
   /// The scaled layers' names and vectors, in module order.
   const std::vector<std::pair<std::string, std::shared_ptr<Ia3Scaling>>>& scalings() const { return scalings_; }
 
 private:
-  void fold(torch::nn::Module& module, bool merge) {
-    auto modules = module.named_modules("", false);
-    for (auto& [name, scaling] : scalings_) {
-      auto& layer = *modules[name]->as<nn::LinearImpl>();
-      merge ? scaling->merge_into(layer) : scaling->unmerge_from(layer);
-    }
-  }
-
   Ia3Options options_;
   std::vector<std::pair<std::string, std::shared_ptr<Ia3Scaling>>> scalings_;
 };

@@ -220,15 +220,8 @@ private:
   }
 
   void fold(torch::nn::Module& module, bool merge) {
-    auto modules = module.named_modules("", false);
-    for (auto& [name, branch] : branches_) {
-      auto& layer = *modules[name]->as<nn::LinearImpl>();
-      merge ? branch->merge_into(layer) : branch->unmerge_from(layer);
-    }
-    for (auto& [name, branch] : conv_branches_) {
-      auto& layer = *modules[name]->as<nn::Conv2dImpl>();
-      merge ? branch->merge_into(layer) : branch->unmerge_from(layer);
-    }
+    detail::fold_branches(module, branches_, merge);
+    detail::fold_branches(module, conv_branches_, merge);
   }
 
   LoraOptions options_;

@@ -1,8 +1,9 @@
 #pragma once
 /// What PEFT's adapter folders share, whatever the method: `adapter_model.safetensors` with the
-/// trainable tensors under "base_model.model.<PEFT name>" and `adapter_config.json` with the
-/// config's field names (peft_type first). peft/files/lora.hpp and peft/files/ia3.hpp write and
-/// read each method's config; `load_adapter` loads the tensors of either.
+/// trainable tensors under "base_model.model.<PEFT name>" (and tensors PEFT keeps on its tuner
+/// rather than in the model, VeRA's projections, under "base_model.<name>") and
+/// `adapter_config.json` with the config's field names (peft_type first). peft/files/lora.hpp,
+/// ia3.hpp and vera.hpp write and read each method's config; `load_adapter` loads the tensors of any.
 
 #include <algorithm>
 #include <filesystem>
@@ -25,6 +26,8 @@
 namespace ftopt::peft {
 
 inline constexpr const char* peft_prefix = "base_model.model.";
+/// Where PEFT's tuner keeps tensors of its own (VeRA's shared projections): "base_model.vera_A".
+inline constexpr const char* peft_tuner_prefix = "base_model.";
 
 namespace detail {
 /// Patterns as PEFT's config holds them: a list of names, or one regex (re.fullmatch). Names mixed
@@ -63,11 +66,12 @@ inline nlohmann::json modules_to_save_json(const torch::nn::Module& module, cons
   return patterns.empty() ? nlohmann::json(nullptr) : patterns_json(patterns_to_peft(module, patterns, names));
 }
 
-/// Writes the module's trainable tensors under PEFT's names and `config` (the method's fields,
-/// then the fields every PEFT config has) into `dir` (created if needed); `who` names the policy
-/// in the error when nothing trains.
+/// Writes the module's trainable tensors under PEFT's names, the tensors of `tuner` under their
+/// own (full) keys, and `config` (the method's fields, then the fields every PEFT config has) into
+/// `dir` (created if needed); `who` names the policy in the error when nothing trains.
 inline void write_adapter(const torch::nn::Module& module, const std::filesystem::path& dir, const AdapterNames& names,
-                          nlohmann::ordered_json config, const std::string& who) {
+                          nlohmann::ordered_json config, const std::string& who,
+                          const weights::StateDict& tuner = weights::StateDict()) {
   config["inference_mode"] = true;
   config["task_type"] = nullptr;
   config["base_model_name_or_path"] = nullptr;
@@ -78,6 +82,7 @@ inline void write_adapter(const torch::nn::Module& module, const std::filesystem
     if (own[own_key].requires_grad()) adapter.insert(peft_prefix + peft_key, own[own_key]);
   ftopt::detail::check(!adapter.is_empty(), "save_adapter: the module has no trainable tensors (was ", who,
                        " attached?)");
+  for (const auto& item : tuner) adapter.insert(item.key(), item.value());
   weights::save_safetensors(dir / "adapter_model.safetensors", adapter, {{"format", "pt"}});
   ftopt::detail::write_atomically(dir / "adapter_config.json", "save_adapter",
                                   [&](std::ostream& out) { out << config.dump(2) << '\n'; });
@@ -113,6 +118,16 @@ inline void refuse_set_fields(const nlohmann::json& config, std::initializer_lis
   }
 }
 
+/// options.validate(), its error prefixed with `where` (the file the options came from).
+template <class Options>
+void validate_from(const Options& options, const std::string& where) {
+  try {
+    options.validate();
+  } catch (const ftopt::Error& e) {
+    ftopt::detail::fail(where, ": ", e.what());
+  }
+}
+
 /// Each of a config's patterns (its field `field`) matches a module of `module`, or the error names
 /// the file, the entry and the module names the model has.
 inline void require_in_model(const torch::nn::Module& module, const nn::NamePatterns& patterns,
@@ -125,11 +140,29 @@ inline void require_in_model(const torch::nn::Module& module, const nn::NamePatt
                          "' matches no module of the model; module names here: ", nn::detail::module_names_hint(module));
   }
 }
+/// One pattern list of a config read from a file: the field it came from, and whether each
+/// entry must match a module of the model (target_modules, modules_to_save) or may not.
+struct ConfigPatterns {
+  nn::NamePatterns* patterns;
+  const char* field;
+  bool required = true;
+};
+
+/// Turns a config's pattern lists into ftopt's names of `module`'s modules (see
+/// patterns_from_peft) and checks the required ones against the model (require_in_model).
+inline void patterns_for_model(const torch::nn::Module& module, const AdapterNames& names, const std::string& where,
+                               std::initializer_list<ConfigPatterns> fields) {
+  for (const auto& field : fields) {
+    *field.patterns = patterns_from_peft(module, *field.patterns, names);
+    if (field.required) require_in_model(module, *field.patterns, field.field, where);
+  }
+}
 } // namespace detail
 
-/// Loads a saved adapter into a module that has the same policy (Lora, Ia3) attached. Every tensor of the file
-/// must find its place; the module's other tensors are left as they are. Keys are PEFT's (see
-/// peft_keys; ftopt's own names are accepted too). PEFT's copies of a modules_to_save module
+/// Loads a saved adapter into a module that has the same policy (Lora, Ia3, Vera) attached. Every
+/// tensor of the file must find its place; the module's other tensors are left as they are. Keys
+/// are PEFT's (see peft_keys; ftopt's own names are accepted too); a tuner's own tensor
+/// ("base_model.vera_A") loads into the module's tensor of that name (Vera's buffer "vera_A"). PEFT's copies of a modules_to_save module
 /// beside its saved tensors, "<module>.original_module.*" (the frozen original) and
 /// "<module>.modules_to_save.*" (which bias="all" adds), are skipped: ftopt trains that module
 /// in place.
@@ -141,7 +174,11 @@ inline weights::LoadReport load_adapter(torch::nn::Module& module, const std::fi
   for (const auto& [own_key, peft_key] : peft_keys(module, names)) own_key_of.emplace(peft_key, own_key);
   const auto own = weights::state_dict(module);
   const std::string prefix = peft_prefix;
-  auto strip = [&](const std::string& key) { return key.starts_with(prefix) ? key.substr(prefix.size()) : key; };
+  const std::string tuner = peft_tuner_prefix;
+  auto strip = [&](const std::string& key) {
+    return key.starts_with(prefix) ? key.substr(prefix.size())
+                                   : key.starts_with(tuner) ? key.substr(tuner.size()) : key;
+  };
   weights::StateDict renamed;
   std::vector<std::string> stray;
   for (const auto& item : file) {

@@ -52,7 +52,7 @@ inline Ia3Options ia3_config(const std::filesystem::path& dir) {
     ia3.targets = detail::patterns_from(config.at("target_modules"));
     if (config.contains("feedforward_modules")) ia3.feedforward = detail::patterns_from(config["feedforward_modules"]);
     if (config.contains("modules_to_save")) ia3.modules_to_save = detail::patterns_from(config["modules_to_save"]);
-    ia3.validate();
+    detail::validate_from(ia3, where);
     return ia3;
   } catch (const nlohmann::json::exception& e) {
     ftopt::detail::fail(where, ": ", e.what());
@@ -64,12 +64,10 @@ inline Ia3Options ia3_config(const std::filesystem::path& dir) {
 inline Ia3Options ia3_config(const std::filesystem::path& dir, const torch::nn::Module& module,
                              const AdapterNames& names) {
   Ia3Options ia3 = ia3_config(dir);
-  ia3.targets = patterns_from_peft(module, ia3.targets, names);
-  ia3.feedforward = patterns_from_peft(module, ia3.feedforward, names);
-  ia3.modules_to_save = patterns_from_peft(module, ia3.modules_to_save, names);
-  const std::string where = "ia3_config: " + (dir / "adapter_config.json").string();
-  detail::require_in_model(module, ia3.targets, "target_modules", where);
-  detail::require_in_model(module, ia3.modules_to_save, "modules_to_save", where);
+  detail::patterns_for_model(module, names, "ia3_config: " + (dir / "adapter_config.json").string(),
+                             {{&ia3.targets, "target_modules"},
+                              {&ia3.feedforward, "feedforward_modules", /*required=*/false},
+                              {&ia3.modules_to_save, "modules_to_save"}});
   return ia3;
 }
 

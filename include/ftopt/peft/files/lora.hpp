@@ -102,7 +102,7 @@ inline LoraOptions lora_config(const std::filesystem::path& dir) {
     lora.rslora = config.value("use_rslora", false);
     lora.dora = config.value("use_dora", false);
     lora.init = detail::init_from(config.value("init_lora_weights", nlohmann::json(true)), where);
-    lora.validate();
+    detail::validate_from(lora, where);
     return lora;
   } catch (const nlohmann::json::exception& e) {
     ftopt::detail::fail("lora_config: ", path.string(), ": ", e.what());
@@ -115,11 +115,8 @@ inline LoraOptions lora_config(const std::filesystem::path& dir) {
 inline LoraOptions lora_config(const std::filesystem::path& dir, const torch::nn::Module& module,
                                const AdapterNames& names) {
   LoraOptions lora = lora_config(dir);
-  lora.targets = patterns_from_peft(module, lora.targets, names);
-  lora.modules_to_save = patterns_from_peft(module, lora.modules_to_save, names);
-  const std::string where = "lora_config: " + (dir / "adapter_config.json").string();
-  detail::require_in_model(module, lora.targets, "target_modules", where);
-  detail::require_in_model(module, lora.modules_to_save, "modules_to_save", where);
+  detail::patterns_for_model(module, names, "lora_config: " + (dir / "adapter_config.json").string(),
+                             {{&lora.targets, "target_modules"}, {&lora.modules_to_save, "modules_to_save"}});
   return lora;
 }
 

@@ -64,7 +64,8 @@ inline AdapterNames transformers_vit_names() {
 
 namespace detail {
 
-/// A layer a PEFT tuner wraps: LoRA's (lora_A and lora_B children) or IA3's (an ia3_l vector).
+/// A layer a PEFT tuner wraps: LoRA's (lora_A and lora_B children), IA3's (an ia3_l vector) or
+/// VeRA's (vera_lambda_d and vera_lambda_b vectors).
 /// PEFT keeps the wrapped layer's own tensors under "<layer>.base_layer".
 inline bool is_tuner_layer(const torch::nn::Module& module) {
   bool a = false, b = false;
@@ -72,11 +73,14 @@ inline bool is_tuner_layer(const torch::nn::Module& module) {
     a = a || child.key() == "lora_A";
     b = b || child.key() == "lora_B";
   }
-  return (a && b) || module.named_parameters(/*recurse=*/false).contains("ia3_l");
+  const auto own = module.named_parameters(/*recurse=*/false);
+  return (a && b) || own.contains("ia3_l") || own.contains("vera_lambda_d");
 }
 
 /// The tensors an adapter registers on the layer it wraps, which keep the layer's own name.
-inline bool is_adapter_tensor(const std::string& key) { return key == "lora_magnitude_vector" || key == "ia3_l"; }
+inline bool is_adapter_tensor(const std::string& key) {
+  return key == "lora_magnitude_vector" || key == "ia3_l" || key == "vera_lambda_d" || key == "vera_lambda_b";
+}
 
 /// The last `count` dotted components of `name` (all of it when it has fewer).
 inline std::string last_components(const std::string& name, std::size_t count) {
@@ -145,7 +149,7 @@ inline std::pair<std::vector<std::string>, std::vector<std::string>> module_name
 /// For each tensor of the module's state dict, in its order: (ftopt's key, PEFT's key without
 /// "base_model.model."). A LoRA layer (a module with lora_A and lora_B children) has its own
 /// tensors under `base_layer` and its adapters (lora_A, lora_B, DoRA's lora_magnitude_vector,
-/// IA3's ia3_l) under its name, as PEFT's tuner layers do.
+/// IA3's ia3_l, VeRA's vera_lambda_d and vera_lambda_b) under its name, as PEFT's tuner layers do.
 inline std::vector<std::pair<std::string, std::string>> peft_keys(const torch::nn::Module& module,
                                                                   const AdapterNames& names = {}) {
   std::vector<std::pair<std::string, std::string>> out;
@@ -167,7 +171,7 @@ inline std::vector<std::pair<std::string, std::string>> peft_keys(const torch::n
       prefix += "base_layer.";
     for (const auto& p : sub.named_parameters(/*recurse=*/false)) {
       if (!p.value().defined()) continue;
-      // DoRA's magnitude and IA3's vector are the adapter's, not the wrapped layer's.
+      // DoRA's magnitude and IA3's and VeRA's vectors are the adapter's, not the wrapped layer's.
       const bool own_name = lora && detail::is_adapter_tensor(p.key());
       out.emplace_back((name.empty() ? "" : name + ".") + p.key(),
                        (own_name ? names.module(name) + "." : prefix) + p.key());

@@ -5,6 +5,7 @@
 /// target_linears: the same where each must be an nn::Linear. A match of the wrong type, or no
 /// match at all, is an error naming the policy and the module names the model has.
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -47,6 +48,18 @@ inline std::vector<std::pair<std::string, nn::LinearImpl*>> target_linears(torch
     layers.emplace_back(name, linear);
   }
   return layers;
+}
+
+/// Folds each (layer name, branch) pair's branch into its layer of `module` (merge), or takes it
+/// back out; a branch is an nn::Extension with merge_into and unmerge_from.
+template <class Branch>
+void fold_branches(torch::nn::Module& module, const std::vector<std::pair<std::string, std::shared_ptr<Branch>>>& branches,
+                   bool merge) {
+  auto modules = module.named_modules("", /*include_self=*/false);
+  for (const auto& [name, branch] : branches) {
+    auto& layer = *modules[name]->template as<typename Branch::layer_type>();
+    merge ? branch->merge_into(layer) : branch->unmerge_from(layer);
+  }
 }
 
 /// Registers `sub` on `layer` under `name`, on the layer's device and in its dtype, so an

@@ -1,0 +1,285 @@
+#pragma once
+/// ftopt::optim::AdamW8bit: AdamW whose two moments are stored in 8 bits, block-wise dynamic
+/// quantization as torchao's AdamW8bit and bitsandbytes' 8-bit optimizers define it (Dettmers et
+/// al. 2022, "8-bit Optimizers via Block-wise Quantization"):
+///   - each moment is cut into blocks of 256 values; a block keeps its absolute maximum (float32)
+///     and one byte per value, the index of the nearest entry of a 256-entry map of the value over
+///     that maximum (ties round up);
+///   - the maps are the dynamic-exponent maps (bitsandbytes' create_dynamic_map, 7 exponent
+///     bits): signed for the first moment, unsigned for the second, each holding 0 and 1;
+///   - a parameter with fewer than 4096 values, or whose count is not a multiple of the block
+///     size, keeps both moments in float32, as torchao does (bitsandbytes' min_8bit_size 4096).
+/// A step is torchao's single_param_adam: decoupled weight decay p -= lr wd p; each moment
+/// decoded, moved by lerp (m toward g by 1 - beta1, v toward g^2 by 1 - beta2) and stored again;
+/// the update uses the float32 moments before they are stored: p -= lr (m / bc1) / (sqrt(v / bc2) + eps).
+/// The options are AdamWOptions (amsgrad refused), so param groups, LoRA+ groups and learning-rate
+/// schedules work unchanged; state saves and loads with the optimizer (torch::save, checkpoints).
+/// State memory per quantized value: 2 bytes plus 8 bytes per 256 values, about 25.4% of AdamW's 8.
+///
+///   ftopt::optim::AdamW8bit optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-3));
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/serialize.h>
+#include <torch/serialize/archive.h>
+
+#include <ftopt/detail/compat.hpp>
+#include <ftopt/error.hpp>
+
+namespace ftopt::optim {
+
+namespace blockwise {
+
+inline constexpr std::int64_t block_size = 256;
+inline constexpr std::int64_t min_quantized_size = 4096;
+
+/// The dynamic-exponent map with 7 exponent bits (bitsandbytes' create_dynamic_map, as torchao
+/// copies it), sorted, float32: for each exponent i in 0..6, the midpoints of an even split of
+/// [0.1, 1] into 2^i parts (signed; 2^(i+1) unsigned), times 10^(i-6), and their negatives when
+/// signed; then 0 and 1. 256 values either way.
+inline at::Tensor dynamic_map(bool is_signed) {
+  std::vector<at::Tensor> parts;
+  for (int i = 0; i < 7; ++i) {
+    const std::int64_t items = (is_signed ? (std::int64_t{1} << i) : (std::int64_t{1} << (i + 1))) + 1;
+    const at::Tensor bounds = at::linspace(0.1, 1.0, items, at::kFloat);
+    const at::Tensor means = (bounds.slice(0, 0, items - 1) + bounds.slice(0, 1, items)) / 2.0;
+    const at::Tensor scaled = means * std::pow(10.0, i - 6);
+    parts.push_back(scaled);
+    if (is_signed) parts.push_back(-scaled);
+  }
+  parts.push_back(at::zeros({1}, at::kFloat));
+  parts.push_back(at::ones({1}, at::kFloat));
+  return std::get<0>(at::cat(parts).sort());
+}
+
+/// One moment, quantized: codes [n] (uint8) and per-block maxima [n / block_size] (float32).
+struct Quantized {
+  at::Tensor codes, absmax;
+};
+
+/// The maps and the thresholds between their neighbours, per device (built once per device).
+class Maps {
+public:
+  const at::Tensor& map(bool is_signed, const c10::Device& device) { return entry(device).map[is_signed]; }
+  const at::Tensor& thresholds(bool is_signed, const c10::Device& device) {
+    return entry(device).thresholds[is_signed];
+  }
+
+private:
+  struct Entry {
+    c10::Device device;
+    std::array<at::Tensor, 2> map, thresholds;
+  };
+  Entry& entry(const c10::Device& device) {
+    for (auto& e : entries_)
+      if (e.device == device) return e;
+    Entry e{device, {}, {}};
+    for (bool is_signed : {false, true}) {
+      const at::Tensor q = dynamic_map(is_signed);
+      const at::Tensor down = q.slice(0, 0, 255), up = q.slice(0, 1, 256);
+      e.map[is_signed] = q.to(device);
+      // torchao's rounding: up when x - down >= (up - down) / 2.
+      e.thresholds[is_signed] = (down + (up - down) * 0.5).to(device);
+    }
+    entries_.push_back(std::move(e));
+    return entries_.back();
+  }
+  std::vector<Entry> entries_;
+};
+
+/// x (float32, a multiple of block_size values) as codes and block maxima (clipped at 1e-12).
+inline Quantized quantize(const at::Tensor& x, const at::Tensor& thresholds) {
+  const at::Tensor blocks = x.reshape({-1, block_size});
+  const at::Tensor absmax = blocks.abs().amax(1).clamp_min(1e-12);
+  const at::Tensor scaled = (blocks / absmax.unsqueeze(1)).reshape({-1});
+  // The number of thresholds at or below each value: the index of its nearest map entry.
+  const at::Tensor codes = at::searchsorted(thresholds, scaled, /*out_int32=*/true, /*right=*/true);
+  return {codes.to(at::kByte), absmax};
+}
+
+/// The float32 values codes and maxima stand for.
+inline at::Tensor dequantize(const Quantized& q, const at::Tensor& map) {
+  const at::Tensor values = map.index_select(0, q.codes.to(at::kInt)).view({-1, block_size});
+  return (values * q.absmax.unsqueeze(1)).view({-1});
+}
+
+} // namespace blockwise
+
+/// The state of one parameter: the step count, then either both moments quantized (codes and
+/// block maxima) or both in float32 (small tensors).
+struct AdamW8bitParamState : public torch::optim::OptimizerCloneableParamState<AdamW8bitParamState> {
+  TORCH_ARG(std::int64_t, step) = 0;
+  TORCH_ARG(at::Tensor, exp_avg_codes);
+  TORCH_ARG(at::Tensor, exp_avg_absmax);
+  TORCH_ARG(at::Tensor, exp_avg_sq_codes);
+  TORCH_ARG(at::Tensor, exp_avg_sq_absmax);
+  TORCH_ARG(at::Tensor, exp_avg);     ///< float32, for a parameter too small to quantize
+  TORCH_ARG(at::Tensor, exp_avg_sq);  ///< float32, likewise
+
+public:
+  bool quantized() const { return exp_avg_codes().defined(); }
+  /// Bytes this state holds in tensors.
+  std::int64_t bytes() const {
+    std::int64_t total = 0;
+    for (const auto* t : {&exp_avg_codes_, &exp_avg_absmax_, &exp_avg_sq_codes_, &exp_avg_sq_absmax_, &exp_avg_,
+                          &exp_avg_sq_})
+      if (t->defined()) total += t->numel() * static_cast<std::int64_t>(t->element_size());
+    return total;
+  }
+
+  void serialize(torch::serialize::OutputArchive& archive) const override {
+    archive.write("step", at::tensor(step_));
+    write(archive, "exp_avg_codes", exp_avg_codes_);
+    write(archive, "exp_avg_absmax", exp_avg_absmax_);
+    write(archive, "exp_avg_sq_codes", exp_avg_sq_codes_);
+    write(archive, "exp_avg_sq_absmax", exp_avg_sq_absmax_);
+    write(archive, "exp_avg", exp_avg_);
+    write(archive, "exp_avg_sq", exp_avg_sq_);
+  }
+  void serialize(torch::serialize::InputArchive& archive) override {
+    at::Tensor step;
+    archive.read("step", step);
+    step_ = step.item<std::int64_t>();
+    for (auto [key, tensor] : {std::pair{"exp_avg_codes", &exp_avg_codes_}, std::pair{"exp_avg_absmax", &exp_avg_absmax_},
+                               std::pair{"exp_avg_sq_codes", &exp_avg_sq_codes_},
+                               std::pair{"exp_avg_sq_absmax", &exp_avg_sq_absmax_}, std::pair{"exp_avg", &exp_avg_},
+                               std::pair{"exp_avg_sq", &exp_avg_sq_}})
+      if (!archive.try_read(key, *tensor, /*is_buffer=*/true)) *tensor = at::Tensor();
+  }
+
+private:
+  static void write(torch::serialize::OutputArchive& archive, const char* key, const at::Tensor& t) {
+    if (t.defined()) archive.write(key, t, /*is_buffer=*/true);
+  }
+};
+
+class AdamW8bit : public torch::optim::Optimizer {
+public:
+  explicit AdamW8bit(const std::vector<torch::optim::OptimizerParamGroup>& groups,
+                     torch::optim::AdamWOptions defaults = {})
+      : Optimizer(groups, std::make_unique<torch::optim::AdamWOptions>(defaults)) {
+    check_options(defaults);
+    for (const auto& group : param_groups_)
+      check_options(static_cast<const torch::optim::AdamWOptions&>(group.options()));
+  }
+  explicit AdamW8bit(std::vector<at::Tensor> params, torch::optim::AdamWOptions defaults = {})
+      : AdamW8bit({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
+
+  torch::Tensor step(LossClosure closure = nullptr) override {
+    c10::NoGradGuard no_grad;
+    torch::Tensor loss;
+    if (closure != nullptr) {
+      c10::AutoGradMode enable_grad(true);
+      loss = closure();
+    }
+    for (auto& group : param_groups_) {
+      const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
+      check_options(options);
+      for (auto& p : group.params())
+        if (p.grad().defined()) step_parameter(p, options);
+    }
+    return loss;
+  }
+
+  /// Bytes of optimizer state held now, over every parameter.
+  std::int64_t state_bytes() const {
+    std::int64_t total = 0;
+    for (const auto& [key, state] : state_) total += static_cast<const AdamW8bitParamState&>(*state).bytes();
+    return total;
+  }
+
+  void save(torch::serialize::OutputArchive& archive) const override {
+    torch::optim::serialize<AdamW8bitParamState, torch::optim::AdamWOptions>(archive, *this);
+  }
+  void load(torch::serialize::InputArchive& archive) override {
+    torch::optim::serialize<AdamW8bitParamState, torch::optim::AdamWOptions>(archive, *this);
+  }
+
+private:
+  static void check_options(const torch::optim::AdamWOptions& options) {
+    const auto [beta1, beta2] = options.betas();
+    ftopt::detail::check(options.lr() >= 0, "AdamW8bit: lr must be >= 0, got ", options.lr());
+    ftopt::detail::check(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
+                         "AdamW8bit: betas must be in [0, 1), got (", beta1, ", ", beta2, ")");
+    ftopt::detail::check(options.eps() >= 0, "AdamW8bit: eps must be >= 0, got ", options.eps());
+    ftopt::detail::check(options.weight_decay() >= 0, "AdamW8bit: weight_decay must be >= 0, got ",
+                         options.weight_decay());
+    ftopt::detail::check(!options.amsgrad(), "AdamW8bit: amsgrad = true is not supported (ftopt keeps no 8-bit "
+                                             "running maximum); use torch::optim::AdamW for AMSGrad");
+  }
+
+  AdamW8bitParamState& state_of(const at::Tensor& p) {
+    const auto key = compat::optimizer_state_key(p);
+    auto found = state_.find(key);
+    if (found == state_.end()) {
+      auto state = std::make_unique<AdamW8bitParamState>();
+      const auto n = p.numel();
+      const auto floats = p.options().dtype(at::kFloat);
+      if (n >= blockwise::min_quantized_size && n % blockwise::block_size == 0) {
+        const auto bytes = p.options().dtype(at::kByte);
+        // Zero is code 127 of the signed map and code 0 of the unsigned one; a zero maximum
+        // decodes to zero whatever the code.
+        state->exp_avg_codes(at::zeros({n}, bytes));
+        state->exp_avg_absmax(at::zeros({n / blockwise::block_size}, floats));
+        state->exp_avg_sq_codes(at::zeros({n}, bytes));
+        state->exp_avg_sq_absmax(at::zeros({n / blockwise::block_size}, floats));
+      } else {
+        state->exp_avg(at::zeros({n}, floats));
+        state->exp_avg_sq(at::zeros({n}, floats));
+      }
+      found = state_.emplace(key, std::move(state)).first;
+    }
+    return static_cast<AdamW8bitParamState&>(*found->second);
+  }
+
+  void step_parameter(at::Tensor& p, const torch::optim::AdamWOptions& options) {
+    ftopt::detail::check(!p.grad().is_sparse(), "AdamW8bit: sparse gradients are not supported");
+    auto& state = state_of(p);
+    state.step(state.step() + 1);
+    const double lr = options.lr(), eps = options.eps();
+    const auto [beta1, beta2] = options.betas();
+    const auto step = static_cast<double>(state.step());
+    const double correction1 = 1 - std::pow(beta1, step), correction2 = 1 - std::pow(beta2, step);
+
+    // A contiguous float32 parameter is updated in place; another is updated as a float32 copy.
+    const bool in_place = p.scalar_type() == at::kFloat && p.is_contiguous();
+    at::Tensor param = in_place ? p.detach().view({-1}) : p.detach().to(at::kFloat).reshape({-1}).clone();
+    const at::Tensor grad = p.grad().reshape({-1}).to(at::kFloat);
+    if (options.weight_decay() != 0) param.mul_(1 - lr * options.weight_decay());
+    at::Tensor m, v;
+    if (state.quantized()) {
+      const auto device = p.device();
+      m = blockwise::dequantize({state.exp_avg_codes(), state.exp_avg_absmax()}, maps_.map(true, device));
+      v = blockwise::dequantize({state.exp_avg_sq_codes(), state.exp_avg_sq_absmax()}, maps_.map(false, device));
+      m.lerp_(grad, 1 - beta1);
+      v.lerp_(grad.square(), 1 - beta2);
+      const auto qm = blockwise::quantize(m, maps_.thresholds(true, device));
+      const auto qv = blockwise::quantize(v, maps_.thresholds(false, device));
+      state.exp_avg_codes().copy_(qm.codes);
+      state.exp_avg_absmax().copy_(qm.absmax);
+      state.exp_avg_sq_codes().copy_(qv.codes);
+      state.exp_avg_sq_absmax().copy_(qv.absmax);
+    } else {
+      m = state.exp_avg();
+      v = state.exp_avg_sq();
+      m.lerp_(grad, 1 - beta1);
+      v.lerp_(grad.square(), 1 - beta2);
+    }
+    const at::Tensor denom = (v.sqrt() / std::sqrt(correction2)).add_(eps);
+    param.addcdiv_(m, denom, -lr / correction1);
+    if (!in_place) p.detach().copy_(param.view(p.sizes()));
+  }
+
+  blockwise::Maps maps_;
+};
+
+} // namespace ftopt::optim
