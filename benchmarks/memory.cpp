@@ -1,6 +1,7 @@
 // Memory policies side by side in one run: step time, peak memory and the activations kept for
 // the backward, with and without checkpointing on a 12-block ViT; plain against chunked
-// attention at a long sequence; and the largest batch that fits a fixed memory budget.
+// attention at a long sequence; the largest batch that fits a fixed memory budget; and AdamW
+// against optim::AdamW8bit on the d-256 ViT (state memory and step time).
 //
 //   build/benchmarks/bench_memory
 //
@@ -11,6 +12,7 @@
 
 #include <ftopt.hpp>
 
+#include "models.hpp"
 #include "side_by_side.hpp"
 
 namespace {
@@ -18,7 +20,7 @@ namespace {
 using Options = ftopt::models::ViTOptions;
 
 /// One training setup: its own model, optimizer and Trainer with memory policy `Memory`.
-template <class Memory>
+template <class Memory, class Optimizer = torch::optim::AdamW, class Precision = ftopt::precision::Fp32>
 struct Setup {
   Setup(const Options& options, Memory memory, std::int64_t batch)
       : model((torch::manual_seed(0), ftopt::models::ViT(options))),
@@ -37,8 +39,8 @@ struct Setup {
   }
 
   ftopt::models::ViT model;
-  ftopt::Trainer<ftopt::precision::Fp32, ftopt::peft::Full, Memory> trainer;
-  torch::optim::AdamW optimizer;
+  ftopt::Trainer<Precision, ftopt::peft::Full, Memory> trainer;
+  Optimizer optimizer;
   std::pair<torch::Tensor, torch::Tensor> batch;
 };
 
@@ -108,8 +110,73 @@ void BM_LargestBatchUnder256MiB(benchmark::State& state) {
   }
 }
 
+/// MiB AdamW's moments take (exp_avg and exp_avg_sq of every parameter it has stepped).
+double adamw_state_mib(const torch::optim::AdamW& optimizer) {
+  std::int64_t bytes = 0;
+  for (const auto& [key, state] : optimizer.state()) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+    bytes += (s.exp_avg().numel() + s.exp_avg_sq().numel()) * static_cast<std::int64_t>(s.exp_avg().element_size());
+  }
+  return static_cast<double>(bytes) / (1 << 20);
+}
+
+/// MiB live at the peak of a training step of a setup built alone (model, optimizer state,
+/// gradients, activations): everything it allocates is tracked.
+template <class Memory, class Optimizer>
+double whole_step_peak_mib(Memory memory) {
+  using ftopt::memory::PeakMemory;
+  PeakMemory::reset();  // installs the tracker before anything of the setup exists
+  const auto before = PeakMemory::current();
+  Setup<Memory, Optimizer, ftopt::precision::Bf16Mixed> setup(ftopt::bench::vit_d256, std::move(memory), 64);
+  setup.step();
+  setup.step();  // the optimizer's state exists
+  PeakMemory::reset();
+  const auto live = PeakMemory::current() - before;
+  setup.step();
+  return static_cast<double>(live + PeakMemory::peak()) / (1 << 20);
+}
+
+/// Full fine-tuning of the d-256 ViT (batch 64) under Bf16Mixed: AdamW against AdamW8bit, and
+/// AdamW8bit stepped inside the backward (memory::OptimizerInBackward).
+void BM_AdamW8bitViT256(benchmark::State& state) {
+  at::set_num_threads(ftopt::hardware::available_cpus());
+  using Bf16 = ftopt::precision::Bf16Mixed;
+  using InBackward = ftopt::memory::OptimizerInBackward<>;
+  using InBackwardCheckpoint = ftopt::memory::OptimizerInBackward<ftopt::memory::Checkpoint>;
+  using ftopt::optim::AdamW8bit;
+  state.counters["adamw_whole_peak_MiB"] = whole_step_peak_mib<ftopt::memory::None, torch::optim::AdamW>({});
+  state.counters["adamw8bit_whole_peak_MiB"] = whole_step_peak_mib<ftopt::memory::None, AdamW8bit>({});
+  state.counters["adamw8bit_in_backward_whole_peak_MiB"] = whole_step_peak_mib<InBackward, AdamW8bit>({});
+  state.counters["adamw8bit_in_backward_checkpoint_whole_peak_MiB"] =
+      whole_step_peak_mib<InBackwardCheckpoint, AdamW8bit>(InBackwardCheckpoint({.every = 1}));
+  state.counters["in_backward_peak_ratio"] =
+      state.counters["adamw8bit_in_backward_whole_peak_MiB"] / state.counters["adamw_whole_peak_MiB"];
+  Setup<ftopt::memory::None, torch::optim::AdamW, Bf16> adamw(ftopt::bench::vit_d256, {}, 64);
+  Setup<ftopt::memory::None, AdamW8bit, Bf16> eight(ftopt::bench::vit_d256, {}, 64);
+  Setup<InBackward, AdamW8bit, Bf16> in_backward(ftopt::bench::vit_d256, {}, 64);
+  std::vector<ftopt::bench::Contender> contenders = {{"adamw", [&] { adamw.step(); }},
+                                                     {"adamw8bit", [&] { eight.step(); }},
+                                                     {"adamw8bit_in_backward", [&] { in_backward.step(); }}};
+  ftopt::bench::side_by_side(state, contenders, 2);
+  ftopt::bench::record_peaks(state, contenders);
+  state.counters["adamw_state_MiB"] = adamw_state_mib(adamw.optimizer);
+  state.counters["adamw8bit_state_MiB"] = static_cast<double>(eight.optimizer.state_bytes()) / (1 << 20);
+  state.counters["state_ratio"] = state.counters["adamw8bit_state_MiB"] / state.counters["adamw_state_MiB"];
+  // The optimizer step alone (on one backward's gradients, kept): medians of 5, in rotation.
+  std::vector<std::vector<double>> seconds(2);
+  for (auto* model : {&adamw.model, &eight.model})
+    torch::nn::functional::cross_entropy((*model)->forward(adamw.batch.first), adamw.batch.second).backward();
+  for (int i = 0; i < 5; ++i) {
+    seconds[i % 2].push_back(ftopt::bench::seconds_of([&] { (i % 2 ? eight.optimizer.step() : adamw.optimizer.step()); }));
+    seconds[1 - i % 2].push_back(ftopt::bench::seconds_of([&] { (i % 2 ? adamw.optimizer.step() : eight.optimizer.step()); }));
+  }
+  state.counters["adamw_optimizer_step_us"] = ftopt::bench::median(seconds[0]) * 1e6;
+  state.counters["adamw8bit_optimizer_step_us"] = ftopt::bench::median(seconds[1]) * 1e6;
+}
+
 } // namespace
 
+BENCHMARK(BM_AdamW8bitViT256)->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_CheckpointViT12)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_ChunkedAttention785)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_LargestBatchUnder256MiB)->Unit(benchmark::kSecond)->Iterations(1);

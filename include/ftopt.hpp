@@ -68,6 +68,7 @@
 #include <ftopt/memory/concept.hpp>
 #include <ftopt/memory/none.hpp>
 #include <ftopt/memory/checkpoint.hpp>
+#include <ftopt/memory/optimizer_in_backward.hpp>
 #include <ftopt/memory/support/peak.hpp>
 
 // Parallel.

@@ -6,6 +6,8 @@
 ///   Precision: `static constexpr bool skips_non_finite_steps`      (absent: false)
 ///   Peft:      `static constexpr bool needs_prefix_attention`      (absent: false)
 ///   Memory:    `static constexpr bool needs_checkpointable_blocks` (absent: false)
+///   Memory:    `static constexpr bool steps_in_backward`           (absent: false)
+///   Parallel:  `static constexpr bool reduces_gradients`           (absent: false)
 ///   Quant:     `static constexpr bool fake_quant_training`         (absent: false)
 ///   Model:     `static constexpr bool has_prefix_attention` in its module class
 ///   Model:     `static constexpr bool has_checkpointable_blocks` in its module class
@@ -57,11 +59,24 @@ inline constexpr bool has_checkpointable_blocks =
     is_sequential<M> ||
     requires { requires std::remove_cvref_t<decltype(*std::declval<M&>())>::has_checkpointable_blocks; };
 
+/// The memory policy steps the optimizer inside the backward, parameter by parameter
+/// (memory::OptimizerInBackward).
+template <class Memory>
+inline constexpr bool steps_in_backward = requires { requires Memory::steps_in_backward; };
+
+/// The parallel policy reduces gradients across processes once they are complete (parallel::Ddp).
+template <class Parallel>
+inline constexpr bool reduces_gradients = requires { requires Parallel::reduces_gradients; };
+
 /// The rules by short name: what a grid lists beside a combination it skips (grid/grid.hpp).
 namespace rule {
 inline constexpr const char* prefix_needs_attention = "prefix tuning needs a model whose attention takes prefixes";
 inline constexpr const char* checkpoint_needs_blocks = "checkpointing needs a model with checkpointable blocks";
 inline constexpr const char* fake_quant_under_fp16 = "fake-quant training cannot run under fp16 autocast";
+inline constexpr const char* step_in_backward_under_loss_scaling =
+    "stepping the optimizer in the backward cannot run under loss scaling";
+inline constexpr const char* step_in_backward_with_reduction =
+    "stepping the optimizer in the backward cannot run with gradients reduced across processes";
 } // namespace rule
 
 /// The first rule model M breaks with these policies, or nullptr.
@@ -98,6 +113,8 @@ inline constexpr bool trains_fake_quantized = requires { requires Quant::fake_qu
 template <class Precision, class Peft, class Memory, class Parallel, class Quant>
 constexpr const char* broken_rule() {
   if (autocasts_to_fp16<Precision> && trains_fake_quantized<Quant>) return rule::fake_quant_under_fp16;
+  if (steps_in_backward<Memory> && skips_non_finite_steps<Precision>) return rule::step_in_backward_under_loss_scaling;
+  if (steps_in_backward<Memory> && reduces_gradients<Parallel>) return rule::step_in_backward_with_reduction;
   return nullptr;
 }
 
@@ -110,6 +127,17 @@ consteval bool check_combination() {
                   "ftopt::Trainer: fake-quant training (this Quant policy) cannot run under fp16 "
                   "autocast (this Precision policy): ftopt computes fake-quant scales and zero "
                   "points in float32 only; use precision::Bf16Mixed or precision::Fp32 with it.");
+  if constexpr (broken == rule::step_in_backward_under_loss_scaling)
+    static_assert(detail::dependent_false<Precision, Memory>,
+                  "ftopt::Trainer: stepping the optimizer in the backward (this Memory policy) cannot "
+                  "run under loss scaling (this Precision policy): a scaled step is skipped when any "
+                  "gradient is inf or NaN, which is known only after the whole backward; use "
+                  "precision::Bf16Mixed or precision::Fp32 with it.");
+  if constexpr (broken == rule::step_in_backward_with_reduction)
+    static_assert(detail::dependent_false<Memory, Parallel>,
+                  "ftopt::Trainer: stepping the optimizer in the backward (this Memory policy) cannot "
+                  "run with a Parallel policy that all-reduces gradients after they are complete "
+                  "(DDP): a parameter would step on its local gradient; use parallel::Single with it.");
   return true;
 }
 

@@ -33,6 +33,7 @@
 #include <ftopt/detail/clip_grad_norm.hpp>
 #include <ftopt/detail/clock.hpp>
 #include <ftopt/detail/phase.hpp>
+#include <ftopt/detail/scope_exit.hpp>
 #include <ftopt/detail/slot_checks.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/hardware.hpp>
@@ -88,6 +89,11 @@ public:
         device_(options_.device.value_or(trainer::default_device())) {
     options_.validate();
     detail::validate_policies(precision_, peft_, memory_, parallel_, quant_);
+    if constexpr (rules::steps_in_backward<Memory>)
+      detail::check(options_.clip_grad_norm == 0, "ftopt::Trainer: TrainerOptions::clip_grad_norm = ",
+                    options_.clip_grad_norm, " cannot combine with stepping the optimizer in the backward (",
+                    Memory::name, "): clipping by the global norm needs every gradient before the first "
+                    "step; set clip_grad_norm = 0, or clip without ", Memory::name);
   }
 
   /// Moves the model to the device and applies the policies (peft attach, quant prepare,
@@ -107,6 +113,7 @@ public:
     detail::check(!trainable_.empty(), "Trainer::prepare: the model has no trainable parameters (",
                   module.parameters().size(), " parameters, none requires grad)");
     parallel_.setup(module, trainable_);
+    if constexpr (rules::steps_in_backward<Memory>) memory_.attach(trainable_);
     prepared_ = &module;
     return trainable_;
   }
@@ -186,9 +193,18 @@ public:
     phase.next("ftopt::backward");
     parallel_.before_backward(output, sync);
     const auto backward = [&] { precision_.backward(accumulation == 1 ? loss : loss / static_cast<double>(accumulation)); };
-    // A policy that communicates during backward names a lost rank if it fails (parallel::Ddp).
-    if constexpr (requires { parallel_.guard(backward); }) parallel_.guard(backward);
-    else backward();
+    if constexpr (rules::steps_in_backward<Memory>) {
+      // The parameters step inside this backward: at this step's learning rate.
+      if (options_.schedule) metrics_.fit.lr = lr_.apply(optimizer, metrics_.fit.optimizer_steps);
+      memory_.arm(optimizer);
+      const detail::ScopeExit disarm([&] { stepped_in_backward_ = memory_.disarm() > 0; });
+      backward();
+    } else if constexpr (requires { parallel_.guard(backward); }) {
+      // A policy that communicates during backward names a lost rank if it fails (parallel::Ddp).
+      parallel_.guard(backward);
+    } else {
+      backward();
+    }
     parallel_.after_backward(sync);
     auto t2 = Clock::now();
 
@@ -313,7 +329,14 @@ private:
   }
 
   /// Unscale, clip, schedule, step, update; returns whether the precision policy took the step.
+  /// With the optimizer stepped in the backward: whether any parameter stepped there.
   bool optimizer_step(torch::optim::Optimizer& optimizer) {
+    if constexpr (rules::steps_in_backward<Memory>) {
+      metrics_.count_optimizer_step(stepped_in_backward_);
+      zero_grad();  // the hooks freed what they stepped; this clears any other gradient
+      micro_ = 0;
+      return std::exchange(stepped_in_backward_, false);
+    }
     precision_.unscale(optimizer);
     if (options_.clip_grad_norm > 0) detail::clip_grad_norm(trainable_, options_.clip_grad_norm);
     if (options_.schedule) metrics_.fit.lr = lr_.apply(optimizer, metrics_.fit.optimizer_steps);
@@ -337,6 +360,7 @@ private:
   const torch::nn::Module* prepared_ = nullptr;
   std::vector<torch::Tensor> trainable_;
   std::int64_t micro_ = 0;  ///< micro-batches in the open accumulation window
+  bool stepped_in_backward_ = false;  ///< memory::OptimizerInBackward stepped in the last backward
   trainer::Metrics metrics_;
   trainer::LearningRate lr_;
   Progress progress_;      ///< after the last epoch of the last fit

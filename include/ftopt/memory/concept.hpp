@@ -10,6 +10,9 @@
 ///   std::int64_t accumulation() const;           micro-batches per optimizer step, >= 1
 /// Optional: `void validate() const`; `template <Model M> void prepare(M& model)`, called by
 /// Trainer::prepare after the Peft and Precision policies (e.g. to switch on block checkpointing).
+/// A policy that declares `static constexpr bool steps_in_backward = true` also has
+/// `attach(trainable)`, `arm(optimizer)` and `disarm() -> std::int64_t`: the Trainer steps the
+/// optimizer inside the backward through it (memory::OptimizerInBackward).
 ///
 /// Laws:
 ///   - forward returns what model->forward(input) returns, with the same gradients;
@@ -17,7 +20,7 @@
 ///     optimizer after every N-th micro-batch, so N micro-batches of b equal one batch of N*b
 ///     for a mean-reduced loss.
 ///
-/// Models: memory::None, memory::Checkpoint.
+/// Models: memory::None, memory::Checkpoint, memory::OptimizerInBackward<Inner>.
 
 #include <concepts>
 #include <cstdint>

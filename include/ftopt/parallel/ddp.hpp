@@ -107,6 +107,8 @@ class Ddp {
 public:
   using axis = ftopt::axis::Parallel;
   static constexpr const char* name = "ddp";  ///< in grids, tables and flags
+  /// Gradients are all-reduced once complete (rules.hpp: no optimizer step inside the backward).
+  static constexpr bool reduces_gradients = true;
 
   Ddp() : Ddp(DdpOptions{}) {}
   explicit Ddp(DdpOptions options)
