@@ -147,6 +147,8 @@ void BM_AdamW8bitViT256(benchmark::State& state) {
   state.counters["adamw_whole_peak_MiB"] = whole_step_peak_mib<ftopt::memory::None, torch::optim::AdamW>({});
   state.counters["adamw8bit_whole_peak_MiB"] = whole_step_peak_mib<ftopt::memory::None, AdamW8bit>({});
   state.counters["adamw8bit_in_backward_whole_peak_MiB"] = whole_step_peak_mib<InBackward, AdamW8bit>({});
+  state.counters["adamw_checkpoint_whole_peak_MiB"] =
+      whole_step_peak_mib<ftopt::memory::Checkpoint, torch::optim::AdamW>({.every = 1});
   state.counters["adamw8bit_in_backward_checkpoint_whole_peak_MiB"] =
       whole_step_peak_mib<InBackwardCheckpoint, AdamW8bit>(InBackwardCheckpoint({.every = 1}));
   state.counters["in_backward_peak_ratio"] =

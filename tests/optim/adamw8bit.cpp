@@ -90,6 +90,26 @@ TEST_CASE("Block-wise quantization picks each value's nearest map entry", "[opti
   }
 }
 
+TEST_CASE("The fused pass's table lookup gives searchsorted's codes", "[optim][adamw8bit]") {
+  torch::manual_seed(79);
+  for (bool is_signed : {true, false}) {
+    INFO("signed " << is_signed);
+    const auto map = blockwise::dynamic_map(is_signed);
+    const auto thresholds = map.slice(0, 0, 255) + (map.slice(0, 1, 256) - map.slice(0, 0, 255)) * 0.5;
+    // Values over every decade the map covers, the thresholds themselves and their neighbours.
+    auto x = torch::rand({200000}) * torch::pow(10.0, torch::randint(-8, 1, {200000}).to(torch::kFloat));
+    if (is_signed) x = x * (torch::randint(0, 2, {200000}) * 2 - 1);
+    x = torch::cat({x, thresholds, torch::nextafter(thresholds, torch::zeros_like(thresholds)), map});
+    if (!is_signed) x = x.abs();
+    const auto expected = torch::searchsorted(thresholds, x, /*out_int32=*/false, /*right=*/true);
+    const auto& host = blockwise::host_map(is_signed);
+    std::vector<std::int64_t> got(static_cast<std::size_t>(x.numel()));
+    const float* values = x.data_ptr<float>();
+    for (std::size_t i = 0; i < got.size(); ++i) got[i] = host.code(values[i]);
+    CHECK(torch::equal(torch::tensor(got), expected));
+  }
+}
+
 TEST_CASE("AdamW8bit is AdamW where its state is float32 and on the first step", "[optim][adamw8bit]") {
   torch::manual_seed(72);
   // 300 values: fewer than 4096, so float32 moments; 4096 values: quantized.
@@ -143,6 +163,38 @@ TEST_CASE("AdamW8bit's later steps read the moments through the quantizer", "[op
   const double off = (p - plain).abs().max().item<double>();
   CHECK(off > 1e-6);
   CHECK(off < lr);
+}
+
+TEST_CASE("AdamW8bit's fused CPU pass and its ATen operations agree", "[optim][adamw8bit]") {
+  torch::manual_seed(78);
+  auto fused = torch::randn({32, 256}).requires_grad_(true);
+  auto aten = fused.detach().clone().requires_grad_(true);
+  optim::AdamW8bit fused_optimizer({fused}, adamw_options()), aten_optimizer({aten}, adamw_options());
+  for (int step = 0; step < 5; ++step) {
+    const auto g = torch::randn({32, 256}) * (step + 1);
+    fused.mutable_grad() = g.clone();
+    aten.mutable_grad() = g.clone();
+    fused_optimizer.step();
+    {
+      test::Switched use_aten(optim::AdamW8bit::kernel_enabled(), false);
+      aten_optimizer.step();
+    }
+    CHECK(torch::allclose(fused, aten, 1e-5, 1e-7));
+  }
+  // The states agree too: block maxima to rounding, codes but for values that rounding moved
+  // across a threshold (then by one).
+  auto state_of = [](optim::AdamW8bit& o) -> optim::AdamW8bitParamState& {
+    return static_cast<optim::AdamW8bitParamState&>(*o.state().begin()->second);
+  };
+  const auto& f = state_of(fused_optimizer);
+  const auto& t = state_of(aten_optimizer);
+  CHECK(torch::allclose(f.exp_avg_absmax(), t.exp_avg_absmax(), 1e-5, 0));
+  CHECK(torch::allclose(f.exp_avg_sq_absmax(), t.exp_avg_sq_absmax(), 1e-5, 0));
+  for (const auto& [x, y] : {std::pair{f.exp_avg_codes(), t.exp_avg_codes()}, std::pair{f.exp_avg_sq_codes(), t.exp_avg_sq_codes()}}) {
+    const auto gap = (x.to(torch::kInt) - y.to(torch::kInt)).abs();
+    CHECK(gap.max().item<int>() <= 1);
+    CHECK(gap.sum().item<int>() <= x.numel() / 100);
+  }
 }
 
 TEST_CASE("AdamW8bit follows AdamW on a small model", "[optim][adamw8bit]") {

@@ -15,17 +15,24 @@
 /// The options are AdamWOptions (amsgrad refused), so param groups, LoRA+ groups and learning-rate
 /// schedules work unchanged; state saves and loads with the optimizer (torch::save, checkpoints).
 /// State memory per quantized value: 2 bytes plus 8 bytes per 256 values, about 25.4% of AdamW's 8.
+/// On the CPU a quantized float32 parameter steps in one fused pass (blockwise::step_cpu); elsewhere
+/// the step is ATen operations (docs/optim.md).
 ///
 ///   ftopt::optim::AdamW8bit optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-3));
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/optimizer.h>
@@ -112,6 +119,109 @@ inline at::Tensor dequantize(const Quantized& q, const at::Tensor& map) {
   return (values * q.absmax.unsqueeze(1)).view({-1});
 }
 
+/// One map on the host, with what quantizing by hand needs: its entries, the thresholds between
+/// neighbours, and per 16-bit prefix of a float (its sign, exponent and 7 mantissa bits) the
+/// number of thresholds at or below the smallest float with that prefix. A value's code is then
+/// that count, moved past the thresholds inside its prefix's range: the same code as
+/// searchsorted's, from one table lookup and two comparisons without branches. A prefix's range
+/// (2^-8 of its magnitude) holds at most one threshold (the maps' entries are at least
+/// 0.9 / 128 of their decade apart); the constructor checks two suffice.
+class HostMap {
+public:
+  explicit HostMap(bool is_signed) {
+    const at::Tensor q = dynamic_map(is_signed).contiguous();
+    std::copy_n(q.data_ptr<float>(), 256, entries_.begin());
+    for (int i = 0; i < 255; ++i) thresholds_[i] = entries_[i] + (entries_[i + 1] - entries_[i]) * 0.5f;
+    thresholds_[255] = thresholds_[256] = std::numeric_limits<float>::infinity();  // code 255 stays
+    const auto below = [&](float x) {
+      return static_cast<unsigned>(std::upper_bound(thresholds_.begin(), thresholds_.begin() + 255, x) -
+                                   thresholds_.begin());
+    };
+    for (std::uint32_t prefix = 0; prefix < 65536; ++prefix) {
+      // The smallest and largest floats with this prefix (the low bits clear or set, in the
+      // order of the sign).
+      const bool negative = (prefix & 0x8000u) != 0;
+      const std::uint32_t low_bits = (prefix << 16) | (negative ? 0xFFFFu : 0u);
+      const std::uint32_t high_bits = (prefix << 16) | (negative ? 0u : 0xFFFFu);
+      float low, high;
+      std::memcpy(&low, &low_bits, sizeof low);
+      std::memcpy(&high, &high_bits, sizeof high);
+      first_[prefix] = static_cast<std::uint8_t>(below(low));
+      if (std::isfinite(low) && std::isfinite(high))
+        ftopt::detail::check(below(high) - below(low) <= 2, "AdamW8bit: a map has more than two thresholds in a "
+                                                            "16-bit float prefix's range");
+    }
+  }
+  float value(std::uint8_t code) const { return entries_[code]; }
+  /// The index of x's nearest entry (ties up): the number of thresholds <= x.
+  std::uint8_t code(float x) const {
+    std::uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    unsigned c = first_[bits >> 16];
+    c += static_cast<unsigned>(x >= thresholds_[c]);
+    c += static_cast<unsigned>(x >= thresholds_[c]);
+    return static_cast<std::uint8_t>(c);
+  }
+
+private:
+  std::array<float, 256> entries_{};
+  std::array<float, 257> thresholds_{};
+  std::array<std::uint8_t, 65536> first_{};
+};
+
+inline const HostMap& host_map(bool is_signed) {
+  static const HostMap signed_map(true), unsigned_map(false);
+  return is_signed ? signed_map : unsigned_map;
+}
+
+/// The hyperparameters of one step, as the kernel reads them.
+struct StepScalars {
+  float lr, decay, beta1, beta2, eps, correction1, sqrt_correction2;
+};
+
+/// ATen's lerp: a + w (b - a), computed from the nearer end.
+inline float lerp(float a, float b, float w) { return w < 0.5f ? a + w * (b - a) : b - (b - a) * (1 - w); }
+
+/// The whole step on float32 CPU tensors in one pass, block by block on LibTorch's threads: each
+/// moment decoded, moved, used for the update and coded again while the block is in cache.
+/// The same arithmetic as AdamW8bit's ATen path.
+inline void step_cpu(float* param, const float* grad, std::uint8_t* m_codes, float* m_absmax, std::uint8_t* v_codes,
+                     float* v_absmax, std::int64_t n, const StepScalars& s) {
+  const HostMap& signed_map = host_map(true);
+  const HostMap& unsigned_map = host_map(false);
+  // The scalars as locals: the loops write through float pointers, which could alias them.
+  const float w1 = 1 - s.beta1, w2 = 1 - s.beta2, decay = s.decay, eps = s.eps, root2 = s.sqrt_correction2;
+  const float step_size = -s.lr / s.correction1;
+  at::parallel_for(0, n / block_size, 16, [&](std::int64_t begin, std::int64_t end) {
+    std::array<float, block_size> m{}, v{};
+    for (std::int64_t block = begin; block < end; ++block) {
+      const std::int64_t base = block * block_size;
+      const float* __restrict g = grad + base;
+      float* __restrict p = param + base;
+      const float m_scale = m_absmax[block], v_scale = v_absmax[block];
+      for (std::int64_t i = 0; i < block_size; ++i) {
+        m[i] = lerp(signed_map.value(m_codes[base + i]) * m_scale, g[i], w1);
+        v[i] = lerp(unsigned_map.value(v_codes[base + i]) * v_scale, g[i] * g[i], w2);
+      }
+      float m_max = 0, v_max = 0;
+      for (std::int64_t i = 0; i < block_size; ++i) {  // vectorizes: no lookups here
+        m_max = std::max(m_max, std::abs(m[i]));
+        v_max = std::max(v_max, std::abs(v[i]));
+        p[i] = p[i] * decay + step_size * (m[i] / (std::sqrt(v[i]) / root2 + eps));
+      }
+      m_max = std::max(m_max, 1e-12f);
+      v_max = std::max(v_max, 1e-12f);
+      m_absmax[block] = m_max;
+      v_absmax[block] = v_max;
+      const float m_inverse = 1 / m_max, v_inverse = 1 / v_max;
+      for (std::int64_t i = 0; i < block_size; ++i) {
+        m_codes[base + i] = signed_map.code(m[i] * m_inverse);
+        v_codes[base + i] = unsigned_map.code(v[i] * v_inverse);
+      }
+    }
+  });
+}
+
 } // namespace blockwise
 
 /// The state of one parameter: the step count, then either both moments quantized (codes and
@@ -190,6 +300,13 @@ public:
     return loss;
   }
 
+  /// The process-wide switch for the fused CPU pass (blockwise::step_cpu): on by default; off
+  /// sends every step through the ATen operations (tests compare the two).
+  static std::atomic<bool>& kernel_enabled() {
+    static std::atomic<bool> enabled{true};
+    return enabled;
+  }
+
   /// Bytes of optimizer state held now, over every parameter.
   std::int64_t state_bytes() const {
     std::int64_t total = 0;
@@ -252,9 +369,21 @@ private:
 
     // A contiguous float32 parameter is updated in place; another is updated as a float32 copy.
     const bool in_place = p.scalar_type() == at::kFloat && p.is_contiguous();
+    const double decay = 1 - lr * options.weight_decay();
+    if (state.quantized() && in_place && p.is_cpu() && p.grad().scalar_type() == at::kFloat &&
+        p.grad().is_contiguous() && kernel_enabled()) {
+      // The fused CPU pass: decay, both moments and the update, block by block.
+      blockwise::step_cpu(p.data_ptr<float>(), p.grad().data_ptr<float>(), state.exp_avg_codes().data_ptr<std::uint8_t>(),
+                          state.exp_avg_absmax().data_ptr<float>(), state.exp_avg_sq_codes().data_ptr<std::uint8_t>(),
+                          state.exp_avg_sq_absmax().data_ptr<float>(), p.numel(),
+                          {static_cast<float>(lr), static_cast<float>(decay), static_cast<float>(beta1),
+                           static_cast<float>(beta2), static_cast<float>(eps), static_cast<float>(correction1),
+                           static_cast<float>(std::sqrt(correction2))});
+      return;
+    }
     at::Tensor param = in_place ? p.detach().view({-1}) : p.detach().to(at::kFloat).reshape({-1}).clone();
     const at::Tensor grad = p.grad().reshape({-1}).to(at::kFloat);
-    if (options.weight_decay() != 0) param.mul_(1 - lr * options.weight_decay());
+    if (options.weight_decay() != 0) param.mul_(decay);
     at::Tensor m, v;
     if (state.quantized()) {
       const auto device = p.device();
