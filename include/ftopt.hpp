@@ -35,6 +35,7 @@
 #include <ftopt/schedule/step_decay.hpp>
 #include <ftopt/optim/fused_adamw.hpp>
 #include <ftopt/optim/adamw8bit.hpp>
+#include <ftopt/optim/support/closure.hpp>
 
 // Precision.
 #include <ftopt/precision/concept.hpp>

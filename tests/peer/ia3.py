@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file
 
-from peer import Peer, small_vit
+from peer import Peer, check_loaded_adapter, small_vit, vector_file_key, vit_logits
 
 import peft
 from peft import IA3Config, PeftModel, get_peft_model
@@ -35,14 +35,7 @@ base, x, labels, base_logits = small_vit(peer)
 
 
 def logits(model):
-    with torch.no_grad():
-        return model(pixel_values=x).logits
-
-
-def file_key(name):
-    """PEFT's in-memory parameter name as its adapter file (and ftopt's PEFT keys) spell it."""
-    name = name.removeprefix("base_model.model.").replace(".modules_to_save.default.", ".")
-    return name.removesuffix(".default") if name.endswith("ia3_l.default") else name
+    return vit_logits(model, x)
 
 
 # (a) PEFT -> ftopt
@@ -78,25 +71,6 @@ read = loaded.peft_config["default"]
 peer.check("ftopt_ia3: PEFT reads ftopt's feedforward modules as a part of the targets",
            set(read.feedforward_modules) <= set(read.target_modules) and sorted(read.feedforward_modules) == ["fc2"],
            f"(targets {sorted(read.target_modules)}, feedforward {sorted(read.feedforward_modules)})")
-peer.close("ftopt_ia3: PeftModel.from_pretrained gives ftopt's logits", logits(loaded), got["logits"], atol=LOGITS_ATOL)
-F.cross_entropy(loaded(pixel_values=x).logits, labels).backward()
-grads = {"grad." + file_key(n): p.grad for n, p in loaded.named_parameters() if p.requires_grad}
-ftopt_grads = {k: v for k, v in got.items() if k.startswith("grad.")}
-peer.check("ftopt_ia3: the same trainable tensors", sorted(grads) == sorted(ftopt_grads),
-           f"(only ftopt: {sorted(set(ftopt_grads) - set(grads))[:3]}, only PEFT: {sorted(set(grads) - set(ftopt_grads))[:3]})")
-if sorted(grads) == sorted(ftopt_grads):
-    peer.close("ftopt_ia3: the gradients", torch.cat([ftopt_grads[k].flatten() for k in sorted(grads)]),
-               torch.cat([grads[k].flatten() for k in sorted(grads)]), atol=GRAD_ATOL)
-merged = loaded.merge_and_unload()
-peer.close("ftopt_ia3: merge_and_unload gives ftopt's merged logits", logits(merged), got["merged_logits"],
-           atol=LOGITS_ATOL)
-merged.save_pretrained(peer.path("ftopt_ia3_merged"))
-merged_weights = load_file(peer.path("ftopt_ia3_merged/model.safetensors"))
-ftopt_weights = {k.removeprefix("merged."): v for k, v in got.items() if k.startswith("merged.")}
-peer.check("ftopt_ia3: merged checkpoints have the same names", sorted(merged_weights) == sorted(ftopt_weights),
-           f"({len(merged_weights)} vs {len(ftopt_weights)})")
-if sorted(merged_weights) == sorted(ftopt_weights):
-    peer.close("ftopt_ia3: merge_and_unload's weights are ftopt's merged weights",
-               torch.cat([ftopt_weights[k].flatten() for k in sorted(ftopt_weights)]),
-               torch.cat([merged_weights[k].flatten() for k in sorted(ftopt_weights)]), atol=WEIGHTS_ATOL)
+check_loaded_adapter(peer, "ftopt_ia3", loaded, got, x, labels, vector_file_key, logits_atol=LOGITS_ATOL,
+                     grad_atol=GRAD_ATOL, weights_atol=WEIGHTS_ATOL)
 peer.done()

@@ -63,6 +63,54 @@ def small_vit(peer):
         return base, x, labels, base(pixel_values=x).logits
 
 
+def vit_logits(model, x):
+    """A transformers ViT's (or PeftModel's) logits on x, without gradients."""
+    with torch.no_grad():
+        return model(pixel_values=x).logits
+
+
+def vector_file_key(name):
+    """A PEFT parameter name as adapter files (and ftopt's PEFT keys) spell it, for methods whose
+    tensors sit in a ParameterDict per adapter (IA3's ia3_l, VeRA's vera_lambda_*): without the
+    "base_model.model." prefix, the adapter name, or modules_to_save's wrapper."""
+    name = name.removeprefix("base_model.model.").replace(".modules_to_save.default.", ".")
+    return name.removesuffix(".default")
+
+
+def check_loaded_adapter(peer, case, loaded, got, x, labels, file_key, logits_atol, grad_atol, weights_atol):
+    """ftopt's adapter as PEFT loaded it (`loaded`: PeftModel.from_pretrained(..., is_trainable=True)
+    in eval mode) against what ftopt wrote in `got`: the logits ("logits"), the gradients of a
+    cross-entropy loss ("grad.<PEFT key>"; `file_key` turns PEFT's parameter names into those
+    keys), and merge_and_unload's logits ("merged_logits") and saved weights ("merged.<name>")."""
+    def logits(model):
+        return vit_logits(model, x)
+
+    peer.close(f"{case}: PeftModel.from_pretrained gives ftopt's logits", logits(loaded), got["logits"],
+               atol=logits_atol)
+    torch.nn.functional.cross_entropy(loaded(pixel_values=x).logits, labels).backward()
+    grads = {"grad." + file_key(n): p.grad for n, p in loaded.named_parameters() if p.requires_grad}
+    ftopt_grads = {k: v for k, v in got.items() if k.startswith("grad.")}
+    peer.check(f"{case}: the same trainable tensors", sorted(grads) == sorted(ftopt_grads),
+               f"(only ftopt: {sorted(set(ftopt_grads) - set(grads))[:3]}, "
+               f"only PEFT: {sorted(set(grads) - set(ftopt_grads))[:3]})")
+    if sorted(grads) == sorted(ftopt_grads):
+        peer.close(f"{case}: the gradients", torch.cat([ftopt_grads[k].flatten() for k in sorted(grads)]),
+                   torch.cat([grads[k].flatten() for k in sorted(grads)]), atol=grad_atol)
+    merged = loaded.merge_and_unload()
+    peer.close(f"{case}: merge_and_unload gives ftopt's merged logits", logits(merged), got["merged_logits"],
+               atol=logits_atol)
+    merged.save_pretrained(peer.path(case + "_merged"))
+    merged_weights = load_file(peer.path(case + "_merged/model.safetensors"))
+    ftopt_weights = {k.removeprefix("merged."): v for k, v in got.items() if k.startswith("merged.")}
+    peer.check(f"{case}: merged checkpoints have the same names", sorted(merged_weights) == sorted(ftopt_weights),
+               f"(only ftopt: {sorted(set(ftopt_weights) - set(merged_weights))[:3]}, "
+               f"only PEFT: {sorted(set(merged_weights) - set(ftopt_weights))[:3]})")
+    if sorted(merged_weights) == sorted(ftopt_weights):
+        peer.close(f"{case}: merge_and_unload's weights are ftopt's merged weights",
+                   torch.cat([ftopt_weights[k].flatten() for k in sorted(ftopt_weights)]),
+                   torch.cat([merged_weights[k].flatten() for k in sorted(ftopt_weights)]), atol=weights_atol)
+
+
 class Peer:
     def __init__(self, topic):
         parser = argparse.ArgumentParser(description=f"peer test: {topic}")

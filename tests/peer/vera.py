@@ -22,7 +22,7 @@ import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file
 
-from peer import Peer, small_vit
+from peer import Peer, check_loaded_adapter, small_vit, vector_file_key, vit_logits
 
 import peft
 from peft import PeftModel, VeraConfig, get_peft_model
@@ -38,14 +38,7 @@ base, x, labels, base_logits = small_vit(peer)
 
 
 def logits(model):
-    with torch.no_grad():
-        return model(pixel_values=x).logits
-
-
-def file_key(name):
-    """PEFT's in-memory parameter name as its adapter file (and ftopt's PEFT keys) spell it."""
-    name = name.removeprefix("base_model.model.").replace(".modules_to_save.default.", ".")
-    return name.removesuffix(".default")
+    return vit_logits(model, x)
 
 
 # (a) PEFT -> ftopt
@@ -89,28 +82,8 @@ peer.check("ftopt_vera: PEFT reads ftopt's config and adapts the same 8 layers",
            len(adapted) == 8 and all(n.split(".")[-1] in TARGETS for n in adapted) and read.r == 16
            and read.projection_prng_key == 11 and read.save_projection,
            f"(targets {sorted(read.target_modules)}, adapted {len(adapted)}, r {read.r}, key {read.projection_prng_key})")
-peer.close("ftopt_vera: PeftModel.from_pretrained gives ftopt's logits", logits(loaded), got["logits"], atol=LOGITS_ATOL)
-F.cross_entropy(loaded(pixel_values=x).logits, labels).backward()
-grads = {"grad." + file_key(n): p.grad for n, p in loaded.named_parameters() if p.requires_grad}
-ftopt_grads = {k: v for k, v in got.items() if k.startswith("grad.")}
-peer.check("ftopt_vera: the same trainable tensors", sorted(grads) == sorted(ftopt_grads),
-           f"(only ftopt: {sorted(set(ftopt_grads) - set(grads))[:3]}, only PEFT: {sorted(set(grads) - set(ftopt_grads))[:3]})")
-if sorted(grads) == sorted(ftopt_grads):
-    peer.close("ftopt_vera: the gradients", torch.cat([ftopt_grads[k].flatten() for k in sorted(grads)]),
-               torch.cat([grads[k].flatten() for k in sorted(grads)]), atol=GRAD_ATOL)
-merged = loaded.merge_and_unload()
-peer.close("ftopt_vera: merge_and_unload gives ftopt's merged logits", logits(merged), got["merged_logits"],
-           atol=LOGITS_ATOL)
-merged.save_pretrained(peer.path("ftopt_vera_merged"))
-merged_weights = load_file(peer.path("ftopt_vera_merged/model.safetensors"))
-ftopt_weights = {k.removeprefix("merged."): v for k, v in got.items() if k.startswith("merged.")}
-peer.check("ftopt_vera: merged checkpoints have the same names", sorted(merged_weights) == sorted(ftopt_weights),
-           f"(only ftopt: {sorted(set(ftopt_weights) - set(merged_weights))[:3]}, "
-           f"only PEFT: {sorted(set(merged_weights) - set(ftopt_weights))[:3]})")
-if sorted(merged_weights) == sorted(ftopt_weights):
-    peer.close("ftopt_vera: merge_and_unload's weights are ftopt's merged weights",
-               torch.cat([ftopt_weights[k].flatten() for k in sorted(ftopt_weights)]),
-               torch.cat([merged_weights[k].flatten() for k in sorted(ftopt_weights)]), atol=WEIGHTS_ATOL)
+check_loaded_adapter(peer, "ftopt_vera", loaded, got, x, labels, vector_file_key, logits_atol=LOGITS_ATOL,
+                     grad_atol=GRAD_ATOL, weights_atol=WEIGHTS_ATOL)
 
 # (c) ftopt -> PEFT, the projections drawn again from the key
 peer.ftopt("save", "ftopt_vera_key", "key")

@@ -40,6 +40,7 @@
 #include <torch/serialize/archive.h>
 
 #include <ftopt/detail/compat.hpp>
+#include <ftopt/optim/support/closure.hpp>
 #include <ftopt/error.hpp>
 
 namespace ftopt::optim {
@@ -286,11 +287,7 @@ public:
 
   torch::Tensor step(LossClosure closure = nullptr) override {
     c10::NoGradGuard no_grad;
-    torch::Tensor loss;
-    if (closure != nullptr) {
-      c10::AutoGradMode enable_grad(true);
-      loss = closure();
-    }
+    const torch::Tensor loss = detail::evaluate_closure(closure);
     for (auto& group : param_groups_) {
       const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
       check_options(options);

@@ -21,6 +21,7 @@
 #include <torch/optim/adamw.h>
 
 #include <ftopt/detail/compat.hpp>
+#include <ftopt/optim/support/closure.hpp>
 
 namespace ftopt::optim {
 
@@ -32,11 +33,7 @@ public:
   /// once under grad mode before the update and its loss is returned (as AdamW::step does).
   torch::Tensor step(LossClosure closure = nullptr) override {
     c10::NoGradGuard no_grad;
-    torch::Tensor loss;
-    if (closure != nullptr) {
-      c10::AutoGradMode enable_grad(true);
-      loss = closure();
-    }
+    const torch::Tensor loss = detail::evaluate_closure(closure);
     if (!fusable()) {
       torch::optim::AdamW::step();
       return loss;
