@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -314,8 +315,17 @@ public:
   void save(torch::serialize::OutputArchive& archive) const override {
     torch::optim::serialize<AdamW8bitParamState, torch::optim::AdamWOptions>(archive, *this);
   }
+  /// The state, and the groups' options (LibTorch 1.13's loader restores the state only; 2.x's
+  /// both: the same result on either).
   void load(torch::serialize::InputArchive& archive) override {
     torch::optim::serialize<AdamW8bitParamState, torch::optim::AdamWOptions>(archive, *this);
+    torch::serialize::InputArchive groups_archive;
+    archive.read("param_groups", groups_archive);
+    std::vector<std::pair<std::vector<std::string>, std::unique_ptr<torch::optim::OptimizerOptions>>> saved;
+    torch::optim::detail::serialize<torch::optim::AdamWOptions>(groups_archive, saved);
+    for (std::size_t i = 0; i < saved.size() && i < param_groups_.size(); ++i)
+      static_cast<torch::optim::AdamWOptions&>(param_groups_[i].options()) =
+          static_cast<const torch::optim::AdamWOptions&>(*saved[i].second);
   }
 
 private:
