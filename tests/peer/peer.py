@@ -77,6 +77,22 @@ def vector_file_key(name):
     return name.removesuffix(".default")
 
 
+def peft_trained_one_step(peer, case, model, x, labels, base_logits, logits_atol):
+    """A PeftModel after one AdamW step (lr 5e-2) on a cross-entropy loss, in eval mode, saved as
+    `case`/ with save_pretrained; checks that the adapter now changes the logits. Returns its
+    logits on x."""
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
+    torch.nn.functional.cross_entropy(model(pixel_values=x).logits, labels).backward()
+    optimizer.step()
+    model.eval()
+    model.save_pretrained(peer.path(case))
+    expected = vit_logits(model, x)
+    worst = (expected - base_logits).abs().max().item()
+    peer.check(f"{case}: the adapter changes the logits", worst > 100 * logits_atol, f"(max |diff| {worst:.3g})")
+    return expected
+
+
 def check_loaded_adapter(peer, case, loaded, got, x, labels, file_key, logits_atol, grad_atol, weights_atol):
     """ftopt's adapter as PEFT loaded it (`loaded`: PeftModel.from_pretrained(..., is_trainable=True)
     in eval mode) against what ftopt wrote in `got`: the logits ("logits"), the gradients of a

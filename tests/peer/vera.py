@@ -17,12 +17,10 @@ low-rank GEMM ftopt may use instead of the branch rounds differently), merged we
 import copy
 import json
 
-import torch
-import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file
 
-from peer import Peer, check_loaded_adapter, small_vit, vector_file_key, vit_logits
+from peer import Peer, check_loaded_adapter, peft_trained_one_step, small_vit, vector_file_key, vit_logits
 
 import peft
 from peft import PeftModel, VeraConfig, get_peft_model
@@ -44,15 +42,7 @@ def logits(model):
 # (a) PEFT -> ftopt
 config = VeraConfig(r=16, target_modules=TARGETS, projection_prng_key=7, modules_to_save=["classifier"])
 model = get_peft_model(copy.deepcopy(base), config)
-model.train()
-optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
-F.cross_entropy(model(pixel_values=x).logits, labels).backward()
-optimizer.step()
-model.eval()
-model.save_pretrained(peer.path("peft_vera"))
-expected = logits(model)
-worst = (expected - base_logits).abs().max().item()
-peer.check("peft_vera: the adapter changes the logits", worst > 100 * LOGITS_ATOL, f"(max |diff| {worst:.3g})")
+expected = peft_trained_one_step(peer, "peft_vera", model, x, labels, base_logits, LOGITS_ATOL)
 adapter = load_file(peer.path("peft_vera/adapter_model.safetensors"))
 peer.check("peft_vera: PEFT's file holds the shared projections as base_model.vera_A and vera_B",
            adapter.get("base_model.vera_A") is not None and tuple(adapter["base_model.vera_A"].shape) == (16, 64)
