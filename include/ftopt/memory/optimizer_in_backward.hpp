@@ -67,7 +67,6 @@ public:
     optimizer_ = nullptr;
     return stepped_;
   }
-  bool attached() const { return !accumulators_.empty(); }
 
 private:
   struct Hook : torch::autograd::FunctionPostHook {

@@ -75,36 +75,6 @@ struct Quantized {
   at::Tensor codes, absmax;
 };
 
-/// The maps and the thresholds between their neighbours, per device (built once per device).
-class Maps {
-public:
-  const at::Tensor& map(bool is_signed, const c10::Device& device) { return entry(device).map[is_signed]; }
-  const at::Tensor& thresholds(bool is_signed, const c10::Device& device) {
-    return entry(device).thresholds[is_signed];
-  }
-
-private:
-  struct Entry {
-    c10::Device device;
-    std::array<at::Tensor, 2> map, thresholds;
-  };
-  Entry& entry(const c10::Device& device) {
-    for (auto& e : entries_)
-      if (e.device == device) return e;
-    Entry e{device, {}, {}};
-    for (bool is_signed : {false, true}) {
-      const at::Tensor q = dynamic_map(is_signed);
-      const at::Tensor down = q.slice(0, 0, 255), up = q.slice(0, 1, 256);
-      e.map[is_signed] = q.to(device);
-      // torchao's rounding: up when x - down >= (up - down) / 2.
-      e.thresholds[is_signed] = (down + (up - down) * 0.5).to(device);
-    }
-    entries_.push_back(std::move(e));
-    return entries_.back();
-  }
-  std::vector<Entry> entries_;
-};
-
 /// x (float32, a multiple of block_size values) as codes and block maxima (clipped at 1e-12).
 inline Quantized quantize(const at::Tensor& x, const at::Tensor& thresholds) {
   const at::Tensor blocks = x.reshape({-1, block_size});
@@ -155,6 +125,10 @@ public:
     }
   }
   float value(std::uint8_t code) const { return entries_[code]; }
+  c10::ArrayRef<float> entries() const { return entries_; }
+  /// The 255 thresholds between neighbouring entries: torchao's rounding, up when
+  /// x - down >= (up - down) / 2.
+  c10::ArrayRef<float> thresholds() const { return c10::ArrayRef<float>(thresholds_.data(), 255); }
   /// The index of x's nearest entry (ties up): the number of thresholds <= x.
   std::uint8_t code(float x) const {
     std::uint32_t bits;
@@ -175,6 +149,35 @@ inline const HostMap& host_map(bool is_signed) {
   static const HostMap signed_map(true), unsigned_map(false);
   return is_signed ? signed_map : unsigned_map;
 }
+
+/// The maps and the thresholds between their neighbours as tensors, per device (built once per
+/// device from the host maps), for the ATen path.
+class Maps {
+public:
+  const at::Tensor& map(bool is_signed, const c10::Device& device) { return entry(device).map[is_signed]; }
+  const at::Tensor& thresholds(bool is_signed, const c10::Device& device) {
+    return entry(device).thresholds[is_signed];
+  }
+
+private:
+  struct Entry {
+    c10::Device device;
+    std::array<at::Tensor, 2> map, thresholds;
+  };
+  Entry& entry(const c10::Device& device) {
+    for (auto& e : entries_)
+      if (e.device == device) return e;
+    Entry e{device, {}, {}};
+    for (bool is_signed : {false, true}) {
+      const HostMap& host = host_map(is_signed);
+      e.map[is_signed] = at::tensor(host.entries()).to(device);
+      e.thresholds[is_signed] = at::tensor(host.thresholds()).to(device);
+    }
+    entries_.push_back(std::move(e));
+    return entries_.back();
+  }
+  std::vector<Entry> entries_;
+};
 
 /// The hyperparameters of one step, as the kernel reads them.
 struct StepScalars {
@@ -391,24 +394,24 @@ private:
     at::Tensor param = in_place ? p.detach().view({-1}) : p.detach().to(at::kFloat).reshape({-1}).clone();
     const at::Tensor grad = p.grad().reshape({-1}).to(at::kFloat);
     if (options.weight_decay() != 0) param.mul_(decay);
-    at::Tensor m, v;
-    if (state.quantized()) {
-      const auto device = p.device();
-      m = blockwise::dequantize({state.exp_avg_codes(), state.exp_avg_absmax()}, maps_.map(true, device));
-      v = blockwise::dequantize({state.exp_avg_sq_codes(), state.exp_avg_sq_absmax()}, maps_.map(false, device));
-      m.lerp_(grad, 1 - beta1);
-      v.lerp_(grad.square(), 1 - beta2);
+    // The moments in float32: decoded from 8 bits, or the state itself for a small tensor.
+    const bool quantized = state.quantized();
+    const auto device = p.device();
+    at::Tensor m = quantized ? blockwise::dequantize({state.exp_avg_codes(), state.exp_avg_absmax()},
+                                                     maps_.map(true, device))
+                             : state.exp_avg();
+    at::Tensor v = quantized ? blockwise::dequantize({state.exp_avg_sq_codes(), state.exp_avg_sq_absmax()},
+                                                     maps_.map(false, device))
+                             : state.exp_avg_sq();
+    m.lerp_(grad, 1 - beta1);
+    v.lerp_(grad.square(), 1 - beta2);
+    if (quantized) {
       const auto qm = blockwise::quantize(m, maps_.thresholds(true, device));
       const auto qv = blockwise::quantize(v, maps_.thresholds(false, device));
       state.exp_avg_codes().copy_(qm.codes);
       state.exp_avg_absmax().copy_(qm.absmax);
       state.exp_avg_sq_codes().copy_(qv.codes);
       state.exp_avg_sq_absmax().copy_(qv.absmax);
-    } else {
-      m = state.exp_avg();
-      v = state.exp_avg_sq();
-      m.lerp_(grad, 1 - beta1);
-      v.lerp_(grad.square(), 1 - beta2);
     }
     const at::Tensor denom = (v.sqrt() / std::sqrt(correction2)).add_(eps);
     param.addcdiv_(m, denom, -lr / correction1);
