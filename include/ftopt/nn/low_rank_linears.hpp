@@ -21,6 +21,7 @@
 /// frozen and its extension offers a term (nn::Extension::low_rank) or computes the layer's own
 /// forward; `low_rank_linears_enabled()` switches it off for a whole process.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -32,6 +33,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <ftopt/detail/compat.hpp>
+#include <ftopt/nn/extension.hpp>
 #include <ftopt/nn/linear.hpp>
 
 namespace ftopt::nn {
@@ -185,6 +187,15 @@ inline at::Tensor low_rank_linears(const LowRankGroup& group, const at::Tensor& 
   // As TensorLists, so that autograd counts each tensor as an input of its own.
   return detail::LowRankLinearsFunction::apply(input, bias, at::TensorList(group.weights), at::TensorList(group.as),
                                                at::TensorList(group.bs), group.scalings, group.term_layer)[0];
+}
+
+/// The forward of a layer whose extension adds a term (an unmerged LoRA or VeRA branch): one
+/// low-rank GEMM over the merged weight where low_rank_group allows it (a frozen layer, a term
+/// offered), else the layer's own output plus the extension's term.
+inline at::Tensor low_rank_or_added(LinearImpl& layer, Extension<LinearImpl>& extension, const at::Tensor& x) {
+  const std::array<LinearImpl*, 1> alone{&layer};
+  if (auto group = low_rank_group(alone)) return low_rank_linears(*group, autocast_input(x));
+  return layer.base_forward(x) + extension.added(layer, x);
 }
 
 } // namespace ftopt::nn

@@ -15,7 +15,6 @@
 ///   ftopt::peft::Vera vera({.r = 256, .targets = {"query", "value"}, .modules_to_save = {"classifier"}});
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -73,10 +72,7 @@ public:
   /// Without dropout on a frozen layer: one GEMM over W + (b B)(d A) (nn::low_rank_linears);
   /// otherwise the layer's output plus the branch's.
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
-    if (merged_) return layer.base_forward(x);
-    const std::array<nn::LinearImpl*, 1> alone{&layer};
-    if (auto group = nn::low_rank_group(alone)) return nn::low_rank_linears(*group, nn::autocast_input(x));
-    return layer.base_forward(x) + added(layer, x);
+    return merged_ ? layer.base_forward(x) : nn::low_rank_or_added(layer, *this, x);
   }
 
   bool additive() const override { return !merged_; }

@@ -21,7 +21,6 @@
 /// base's output channels; y = conv(x) + s B(A(dropout(x))), merged as W + s (B A) over the
 /// kernel. Default and Gaussian initialisations; no DoRA, PiSSA or OLoRA, no grouped base.
 
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -72,9 +71,7 @@ public:
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
     if (merged_) return layer.base_forward(x);
     if (options_.dora) return dora_forward(layer, x);
-    const std::array<nn::LinearImpl*, 1> alone{&layer};
-    if (auto group = nn::low_rank_group(alone)) return nn::low_rank_linears(*group, nn::autocast_input(x));
-    return layer.base_forward(x) + added(layer, x);
+    return nn::low_rank_or_added(layer, *this, x);
   }
 
   /// s B(A(dropout(x))), the term a LoRA branch adds to the layer's output. PEFT scales B's
