@@ -31,14 +31,7 @@ using MainGrid = grid::Grid<grid::Axis<ftopt::precision::Fp32, ftopt::precision:
 /// The policies' settings in the grid: LoRA, IA3 and VeRA as in the best rows; bottleneck
 /// adapters (HF's default places: attention output and MLP output); all train the new head in full.
 inline auto grid_settings() {
-  const ftopt::nn::NamePattern mlp_output = ftopt::nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)");
-  return grid::Settings(ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
-                                           .modules_to_save = {"classifier"}}),
-                        ftopt::peft::Adapter({.modules_to_save = {"classifier"}}),
-                        ftopt::peft::Ia3({.targets = {"key", "value", mlp_output}, .feedforward = {mlp_output},
-                                          .modules_to_save = {"classifier"}}),
-                        ftopt::peft::Vera({.r = 256, .targets = {"query", "key", "value", "dense"},
-                                           .modules_to_save = {"classifier"}}));
+  return grid::Settings(vit_lora(), ftopt::peft::Adapter({.modules_to_save = {"classifier"}}), vit_ia3(), vit_vera());
 }
 
 /// The grid's learning rates: LoRA and adapters get 3x the full fine-tuning rate, the vector

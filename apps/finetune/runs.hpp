@@ -136,6 +136,24 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
   return row;
 }
 
+/// The ViT's adapter settings, shared by the best rows and the policy grid (grid_modes.hpp):
+/// LoRA on every Linear of the blocks (PEFT's "all-linear" choice: query, key, value and the
+/// dense projections); (IA)^3 on keys, values and the MLP's intermediate activations (PEFT's ViT
+/// defaults; `layer.N.output.dense` is the MLP's second Linear, not the attention's output);
+/// VeRA at r 256 (its paper's and PEFT's default) on every block Linear. Each trains a new head.
+inline ftopt::peft::Lora vit_lora() {
+  return ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
+                            .modules_to_save = {"classifier"}});
+}
+inline ftopt::peft::Ia3 vit_ia3() {
+  const ftopt::nn::NamePattern mlp_output = ftopt::nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)");
+  return ftopt::peft::Ia3({.targets = {"key", "value", mlp_output}, .feedforward = {mlp_output},
+                           .modules_to_save = {"classifier"}});
+}
+inline ftopt::peft::Vera vit_vera() {
+  return ftopt::peft::Vera({.r = 256, .targets = {"query", "key", "value", "dense"}, .modules_to_save = {"classifier"}});
+}
+
 /// Bf16Mixed pays where the hardware computes in bf16 (a CPU with avx512_bf16, a GPU);
 /// elsewhere it is emulated and several times slower than fp32, so `--precision auto` skips it.
 inline bool use_bf16(const Options& args) {
@@ -153,11 +171,9 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
                const ftopt::TrainerOptions& options, const Prepared& train_set, const Prepared& test_set, double lr) {
   using M = decltype(fresh());
   if constexpr (std::is_same_v<M, ftopt::models::ViT>) {
-    // LoRA on every Linear of the blocks (PEFT's "all-linear" choice: query, key, value and the
-    // dense projections) with a new head; adapters want a larger learning rate than full
-    // fine-tuning.
-    const ftopt::peft::Lora lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
-                                  .modules_to_save = {"classifier"}});
+    // LoRA on every Linear of the blocks with a new head; adapters want a larger learning rate
+    // than full fine-tuning.
+    const ftopt::peft::Lora lora = vit_lora();
     {
       auto model = fresh();
       rows.push_back(train(precision + " + peft::Lora (r 8, all block Linears, head)",
@@ -195,24 +211,18 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
     variant("+ DoRA (r 8, all block Linears, head)", dora);
     variant("PiSSA init (r 8, all block Linears, head)", pissa);
     variant("+ LoRA+ (r 8, all block Linears, head, B's lr x 16)", loraplus);
-    // PEFT's other vector methods: (IA)^3 on keys, values and the MLP's intermediate activations
-    // (PEFT's ViT defaults), VeRA (r 256, its paper's and PEFT's default) on every block Linear.
+    // PEFT's other vector methods: (IA)^3 and VeRA.
     {
       auto model = fresh();
-      const ftopt::nn::NamePattern mlp_output = ftopt::nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)");
-      const ftopt::peft::Ia3 ia3({.targets = {"key", "value", mlp_output}, .feedforward = {mlp_output},
-                                  .modules_to_save = {"classifier"}});
       rows.push_back(train(precision + " + peft::Ia3 (keys, values, MLP activations, head)",
-                           ftopt::Trainer<Precision, ftopt::peft::Ia3>(options, {}, ia3), model, train_set, test_set,
-                           10 * lr, Loading::Pipeline));
+                           ftopt::Trainer<Precision, ftopt::peft::Ia3>(options, {}, vit_ia3()), model, train_set,
+                           test_set, 10 * lr, Loading::Pipeline));
     }
     {
       auto model = fresh();
-      const ftopt::peft::Vera vera({.r = 256, .targets = {"query", "key", "value", "dense"},
-                                    .modules_to_save = {"classifier"}});
       rows.push_back(train(precision + " + peft::Vera (r 256, all block Linears, head)",
-                           ftopt::Trainer<Precision, ftopt::peft::Vera>(options, {}, vera), model, train_set, test_set,
-                           10 * lr, Loading::Pipeline));
+                           ftopt::Trainer<Precision, ftopt::peft::Vera>(options, {}, vit_vera()), model, train_set,
+                           test_set, 10 * lr, Loading::Pipeline));
     }
   } else {
     // LoRA on every convolution of the residual blocks (PEFT's Conv2d LoRA) with a new head.
