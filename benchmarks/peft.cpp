@@ -1,6 +1,7 @@
 // Step time and peak memory of the PEFT policies against full fine-tuning, side by side in one
 // run, on the ViT of benchmarks/precision.cpp (6 blocks, d 256, 4 heads, 4x4 patches of 28x28,
 // batch 128, AdamW, 2 threads), in fp32 and under Bf16Mixed; with each one's trainable share.
+// Then LoRA on every block Linear over a float, an int8 and an NF4 frozen base (peft::QLora).
 //
 //   build/benchmarks/bench_peft
 #include <torch/torch.h>
@@ -58,8 +59,44 @@ void compare(benchmark::State& state) {
 void BM_Fp32(benchmark::State& state) { compare<ftopt::precision::Fp32>(state); }
 void BM_Bf16Mixed(benchmark::State& state) { compare<ftopt::precision::Bf16Mixed>(state); }
 
+/// MiB of a module's parameters and buffers.
+double model_mib(torch::nn::Module& module) {
+  std::int64_t bytes = 0;
+  for (const auto& p : module.parameters()) bytes += static_cast<std::int64_t>(p.nbytes());
+  for (const auto& b : module.buffers()) bytes += static_cast<std::int64_t>(b.nbytes());
+  return static_cast<double>(bytes) / (1 << 20);
+}
+
+/// LoRA r 8 on every block Linear (the main job's rows) under Bf16Mixed, over a float base and
+/// over the same base held in int8 per channel and in NF4: step time, step peak, the frozen
+/// bases' MiB and the whole model's.
+void BM_QuantizedBaseBf16Mixed(benchmark::State& state) {
+  at::set_num_threads(ftopt::hardware::available_cpus());
+  using Bf16 = ftopt::precision::Bf16Mixed;
+  const ftopt::peft::LoraOptions all{.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
+                                     .modules_to_save = {"classifier"}};
+  Setup<Bf16, ftopt::peft::Lora> lora(all);
+  Setup<Bf16, ftopt::peft::QLora<ftopt::quant::Int8PerChannel>> int8(all);
+  Setup<Bf16, ftopt::peft::QLora<ftopt::quant::Nf4>> nf4(all);
+  std::vector<ftopt::bench::Contender> contenders = {{"lora", [&] { lora.step(); }},
+                                                     {"int8_base", [&] { int8.step(); }},
+                                                     {"nf4_base", [&] { nf4.step(); }}};
+  ftopt::bench::side_by_side(state, contenders, 1);
+  ftopt::bench::record_peaks(state, contenders);
+  const auto mib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  state.counters["float_base_MiB"] = mib(nf4.trainer.peft().float_base_bytes());
+  state.counters["int8_base_MiB"] = mib(int8.trainer.peft().base_bytes());
+  state.counters["nf4_base_MiB"] = mib(nf4.trainer.peft().base_bytes());
+  state.counters["int8_base_ratio"] = state.counters["int8_base_MiB"] / state.counters["float_base_MiB"];
+  state.counters["nf4_base_ratio"] = state.counters["nf4_base_MiB"] / state.counters["float_base_MiB"];
+  state.counters["lora_model_MiB"] = model_mib(*lora.model);
+  state.counters["int8_model_MiB"] = model_mib(*int8.model);
+  state.counters["nf4_model_MiB"] = model_mib(*nf4.model);
+}
+
 } // namespace
 
 BENCHMARK(BM_Fp32)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_Bf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_QuantizedBaseBf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK_MAIN();

@@ -56,6 +56,7 @@
 #include <ftopt/peft/prefix.hpp>
 #include <ftopt/peft/ia3.hpp>
 #include <ftopt/peft/vera.hpp>
+#include <ftopt/peft/qlora.hpp>
 #include <ftopt/peft/support/lora_branch.hpp>
 #include <ftopt/peft/support/targets.hpp>
 #include <ftopt/peft/support/report.hpp>
@@ -90,6 +91,7 @@
 #include <ftopt/quant/support/layers.hpp>
 #include <ftopt/quant/support/observer.hpp>
 #include <ftopt/quant/support/report.hpp>
+#include <ftopt/quant/support/frozen_weight.hpp>
 #include <ftopt/quant/files/int8.hpp>
 
 // The layers the policies extend, and the reference models built from them.

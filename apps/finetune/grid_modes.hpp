@@ -22,22 +22,27 @@ namespace grid = ftopt::grid;
 /// The ViT's policy grid: what --peft/--memory/--quant name, --auto chooses from and --grid
 /// reports on. Every valid combination is a Trainer compiled into this program.
 using MainGrid = grid::Grid<grid::Axis<ftopt::precision::Fp32, ftopt::precision::Bf16Mixed>,
-                            grid::Axis<ftopt::peft::Full, ftopt::peft::Lora, ftopt::peft::Adapter,
+                            grid::Axis<ftopt::peft::Full, ftopt::peft::Lora,
+                                       ftopt::peft::QLora<ftopt::quant::Int8PerChannel>,
+                                       ftopt::peft::QLora<ftopt::quant::Nf4>, ftopt::peft::Adapter,
                                        ftopt::peft::Ia3, ftopt::peft::Vera>,
                             grid::Axis<ftopt::memory::None, ftopt::memory::Checkpoint>,
                             grid::Axis<ftopt::parallel::Single>,
                             grid::Axis<ftopt::quant::None, ftopt::quant::DynamicInt8>>;
 
-/// The policies' settings in the grid: LoRA, IA3 and VeRA as in the best rows; bottleneck
+/// The policies' settings in the grid: LoRA (over a float, int8 or NF4 base), IA3 and VeRA as
+/// in the best rows; bottleneck
 /// adapters (HF's default places: attention output and MLP output); all train the new head in full.
 inline auto grid_settings() {
-  return grid::Settings(vit_lora(), ftopt::peft::Adapter({.modules_to_save = {"classifier"}}), vit_ia3(), vit_vera());
+  return grid::Settings(vit_lora(), vit_qlora<ftopt::quant::Int8PerChannel>(), vit_qlora<ftopt::quant::Nf4>(),
+                        ftopt::peft::Adapter({.modules_to_save = {"classifier"}}), vit_ia3(), vit_vera());
 }
 
-/// The grid's learning rates: LoRA and adapters get 3x the full fine-tuning rate, the vector
+/// The grid's learning rates: LoRA (over any base) and adapters get 3x the full fine-tuning rate, the vector
 /// methods (IA3, VeRA, a few thousand values each) 10x, as in the best rows.
 inline grid::RunOptions grid_run_options(double lr) {
-  return {.lr = lr, .lr_scale = {{"lora", 3.0}, {"adapter", 3.0}, {"ia3", 10.0}, {"vera", 10.0}}};
+  return {.lr = lr,
+          .lr_scale = {{"lora", 3.0}, {"lora-int8", 3.0}, {"lora-nf4", 3.0}, {"adapter", 3.0}, {"ia3", 10.0}, {"vera", 10.0}}};
 }
 
 /// Trains the combination `wanted` of the main grid for the run's epochs.

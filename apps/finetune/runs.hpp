@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -109,6 +110,12 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
     seconds += e.seconds;
     waiting += e.phases.data;
   }
+  if constexpr (requires { trainer.peft().base_bytes(); }) {  // a quantized frozen base: its share of float32
+    std::ostringstream share;
+    share << std::fixed << std::setprecision(1)
+          << 100.0 * static_cast<double>(trainer.peft().base_bytes()) / static_cast<double>(trainer.peft().float_base_bytes());
+    setup += "; base " + share.str() + "% of fp32";
+  }
   auto test = trainer.evaluate(model, test_batches);
   std::cerr << "test accuracy " << std::fixed << std::setprecision(2) << 100.0 * test.accuracy.value_or(0) << "%\n";
   Row row{std::move(setup), fit.epochs.empty() ? 0.0 : seconds / static_cast<double>(fit.epochs.size()),
@@ -144,6 +151,12 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
 inline ftopt::peft::Lora vit_lora() {
   return ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
                             .modules_to_save = {"classifier"}});
+}
+/// QLoRA's idea: vit_lora's adapters over a frozen base held in `Format` (int8 per channel, or
+/// NF4 in blocks of 64 with double-quantized scalers).
+template <class Format>
+ftopt::peft::QLora<Format> vit_qlora() {
+  return ftopt::peft::QLora<Format>(vit_lora().options());
 }
 inline ftopt::peft::Ia3 vit_ia3() {
   const ftopt::nn::NamePattern mlp_output = ftopt::nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)");
@@ -224,6 +237,15 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
                            ftopt::Trainer<Precision, ftopt::peft::Vera>(options, {}, vit_vera()), model, train_set,
                            test_set, 10 * lr, Loading::Pipeline));
     }
+    // The LoRA row again over a quantized frozen base (QLoRA): int8 per channel, then NF4.
+    auto quantized_base = [&]<class Format>(const std::string& format) {
+      auto model = fresh();
+      rows.push_back(train(precision + " + peft::QLora<" + format + "> (r 8, all block Linears, head)",
+                           ftopt::Trainer<Precision, ftopt::peft::QLora<Format>>(options, {}, vit_qlora<Format>()),
+                           model, train_set, test_set, 3 * lr, Loading::Pipeline));
+    };
+    quantized_base.template operator()<ftopt::quant::Int8PerChannel>("quant::Int8PerChannel");
+    quantized_base.template operator()<ftopt::quant::Nf4>("quant::Nf4");
   } else {
     // LoRA on every convolution of the residual blocks (PEFT's Conv2d LoRA) with a new head.
     {

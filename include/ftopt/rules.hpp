@@ -5,6 +5,7 @@
 ///   Precision: `static constexpr c10::ScalarType autocast_dtype`   (absent: no autocast)
 ///   Precision: `static constexpr bool skips_non_finite_steps`      (absent: false)
 ///   Peft:      `static constexpr bool needs_prefix_attention`      (absent: false)
+///   Peft:      `static constexpr bool quantizes_frozen_base`       (absent: false)
 ///   Memory:    `static constexpr bool needs_checkpointable_blocks` (absent: false)
 ///   Memory:    `static constexpr bool steps_in_backward`           (absent: false)
 ///   Parallel:  `static constexpr bool reduces_gradients`           (absent: false)
@@ -44,6 +45,10 @@ template <class M>
 inline constexpr bool has_prefix_attention =
     requires { requires std::remove_cvref_t<decltype(*std::declval<M&>())>::has_prefix_attention; };
 
+/// The peft policy holds the frozen base of the layers it adapts quantized (peft::QLora).
+template <class Peft>
+inline constexpr bool quantizes_frozen_base = requires { requires Peft::quantizes_frozen_base; };
+
 /// The memory policy recomputes blocks of the model (checkpointing).
 template <class Memory>
 inline constexpr bool needs_checkpointable_blocks = requires { requires Memory::needs_checkpointable_blocks; };
@@ -77,6 +82,8 @@ inline constexpr const char* step_in_backward_under_loss_scaling =
     "stepping the optimizer in the backward cannot run under loss scaling";
 inline constexpr const char* step_in_backward_with_reduction =
     "stepping the optimizer in the backward cannot run with gradients reduced across processes";
+inline constexpr const char* fake_quant_over_quantized_base =
+    "fake-quant training cannot run over a quantized frozen base";
 } // namespace rule
 
 /// The first rule model M breaks with these policies, or nullptr.
@@ -115,6 +122,7 @@ constexpr const char* broken_rule() {
   if (autocasts_to_fp16<Precision> && trains_fake_quantized<Quant>) return rule::fake_quant_under_fp16;
   if (steps_in_backward<Memory> && skips_non_finite_steps<Precision>) return rule::step_in_backward_under_loss_scaling;
   if (steps_in_backward<Memory> && reduces_gradients<Parallel>) return rule::step_in_backward_with_reduction;
+  if (quantizes_frozen_base<Peft> && trains_fake_quantized<Quant>) return rule::fake_quant_over_quantized_base;
   return nullptr;
 }
 
@@ -138,6 +146,12 @@ consteval bool check_combination() {
                   "ftopt::Trainer: stepping the optimizer in the backward (this Memory policy) cannot "
                   "run with a Parallel policy that all-reduces gradients after they are complete "
                   "(DDP): a parameter would step on its local gradient; use parallel::Single with it.");
+  if constexpr (broken == rule::fake_quant_over_quantized_base)
+    static_assert(detail::dependent_false<Peft, Quant>,
+                  "ftopt::Trainer: fake-quant training (this Quant policy) cannot run over a quantized "
+                  "frozen base (this Peft policy, peft::QLora): the layers it would fake-quantize already "
+                  "hold their weights quantized and frozen; use quant::None while training, and merge "
+                  "then quant::DynamicInt8 or quant::StaticInt8 for int8 inference.");
   return true;
 }
 

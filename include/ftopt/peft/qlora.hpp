@@ -1,0 +1,200 @@
+#pragma once
+/// peft::QLora<Format>: LoRA over a frozen base held quantized (QLoRA, Dettmers et al. 2023).
+/// peft::Lora's adapters, settings and adapter files, with the weight of each adapted nn::Linear
+/// stored in `Format` instead of float: quant::Int8PerChannel (25% of float32) or quant::Nf4
+/// (block 64, double-quantized scalers: 12.9%), both in quant/support/frozen_weight.hpp. The
+/// forward dequantizes the base for its GEMM and again for the input's gradient, in the compute
+/// dtype; the adapters train in float as under peft::Lora:
+///     y = deq(Q(W)) x + b + scaling * B(A(dropout(x)))
+/// PiSSA and OLoRA factor the float W first and quantize the residual (QPiSSA's order). DoRA and
+/// Conv2d targets are refused before anything changes. While the base is quantized the layer's
+/// `weight` is an empty tensor and the packed base lives in the layer's buffers
+/// ("weight_packed", "weight_scales", and for NF4 "weight_factors", "weight_mean"), so it moves
+/// and is checkpointed with the layer.
+///
+/// After training, either
+///   merge(module)            the base dequantized into float and the adapters folded in (what
+///                            Trainer::finalize calls; quant::DynamicInt8 can then convert it), or
+///   merge_quantized(module)  the adapters folded in and the sum quantized again, the base kept in
+///                            its format (PEFT's merge on a 4-bit layer); unmerge takes them back
+///                            out the same way, each round adding the format's rounding;
+/// or neither: save_adapter writes the adapters as for peft::Lora, and the base stays quantized.
+///
+/// Rules (rules.hpp, `quantizes_frozen_base`): every precision policy combines with it (the base
+/// is dequantized in the compute dtype; under Bf16True its float scales are held in bf16). A Quant
+/// policy that trains fake-quantized (quant::Qat) does not: it would fake-quantize the weights
+/// that are already quantized and frozen. DynamicInt8 and StaticInt8 convert after merge().
+///
+///   using Nf4Lora = ftopt::peft::QLora<ftopt::quant::Nf4>;
+///   ftopt::Trainer<ftopt::precision::Bf16Mixed, Nf4Lora> trainer(
+///       {}, {}, Nf4Lora({.r = 8, .alpha = 16, .targets = {"query", "value"}}));
+///   trainer.prepare(model);
+///   trainer.peft().base_bytes();   // the packed bases' bytes (float_base_bytes(): as float32)
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include <ftopt/error.hpp>
+#include <ftopt/nn/linear.hpp>
+#include <ftopt/nn/low_rank_linears.hpp>
+#include <ftopt/peft/lora.hpp>
+#include <ftopt/peft/support/lora_branch.hpp>
+#include <ftopt/peft/support/targets.hpp>
+#include <ftopt/quant/support/frozen_weight.hpp>
+
+namespace ftopt::peft {
+
+/// What QLora attaches to an adapted layer: its packed base and its LoRA branch.
+template <class Format>
+class QuantizedBase : public nn::Extension<nn::LinearImpl> {
+public:
+  QuantizedBase(nn::LinearImpl& layer, std::shared_ptr<LoraBranch> branch, const Format& format)
+      : branch_(std::move(branch)), format_(format) {
+    torch::NoGradGuard no_grad;
+    packed_ = format_.quantize(layer.weight);
+    packed_.data = layer.register_buffer("weight_packed", packed_.data);
+    packed_.scales = layer.register_buffer("weight_scales", packed_.scales);
+    if (packed_.factors.defined()) packed_.factors = layer.register_buffer("weight_factors", packed_.factors);
+    if (packed_.mean.defined()) packed_.mean = layer.register_buffer("weight_mean", packed_.mean);
+    empty(layer.weight);
+  }
+
+  /// The packed base's product, plus the branch's term while it is not folded in.
+  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
+    const at::Tensor input = nn::autocast_input(x);
+    const at::Tensor y = quant::frozen_linear<Format>(input, packed_, layer.bias);
+    return branch_->merged() ? y : y + branch_->added(layer, input);
+  }
+
+  /// The base back in float (the layer's dtype) with the branch attached in its place; the
+  /// packed tensors are emptied.
+  void to_float(nn::LinearImpl& layer) {
+    torch::NoGradGuard no_grad;
+    layer.weight.set_data(Format::dequantize(packed_, layer.weight.scalar_type()));
+    for (auto* t : {&packed_.data, &packed_.scales, &packed_.factors, &packed_.mean})
+      if (t->defined()) empty(*t);
+    layer.attach(branch_);
+  }
+
+  /// Folds the branch into the base and quantizes the sum again.
+  void merge_quantized(nn::LinearImpl& layer) {
+    if (!branch_->merged()) requantized(layer, [&] { branch_->merge_into(layer); });
+  }
+  /// Takes a folded branch back out of the base, quantizing the difference again.
+  void unmerge_quantized(nn::LinearImpl& layer) {
+    if (branch_->merged()) requantized(layer, [&] { branch_->unmerge_from(layer); });
+  }
+
+  const quant::PackedWeight& packed() const { return packed_; }
+  const std::shared_ptr<LoraBranch>& branch() const { return branch_; }
+
+private:
+  static void empty(at::Tensor& t) { t.set_data(at::empty({0}, t.options())); }
+
+  /// Runs `change` on the float base, then packs the result in place of the old base.
+  void requantized(nn::LinearImpl& layer, const std::function<void()>& change) {
+    torch::NoGradGuard no_grad;
+    layer.weight.set_data(Format::dequantize(packed_, at::kFloat));
+    change();
+    const quant::PackedWeight fresh = format_.quantize(layer.weight);
+    packed_.data.set_data(fresh.data);
+    packed_.scales.set_data(fresh.scales.to(packed_.scales.scalar_type()));
+    if (fresh.factors.defined()) packed_.factors.set_data(fresh.factors.to(packed_.factors.scalar_type()));
+    if (fresh.mean.defined()) packed_.mean.set_data(fresh.mean.to(packed_.mean.scalar_type()));
+    empty(layer.weight);
+  }
+
+  std::shared_ptr<LoraBranch> branch_;
+  Format format_;
+  quant::PackedWeight packed_;
+};
+
+template <class Format>
+class QLora : public Lora {
+public:
+  static constexpr const char* name = Format::lora_name;  ///< "lora-int8", "lora-nf4"
+  static constexpr bool quantizes_frozen_base = true;
+
+  QLora(LoraOptions options = {}, Format format = {})  // NOLINT: implicit, for QLora({.r = 8})
+      : Lora(std::move(options)), format_(std::move(format)) {}
+
+  void validate() const {
+    Lora::validate();
+    format_.validate();
+    ftopt::detail::check(!options().dora, "QLora: use_dora is not supported over a quantized base; "
+                                          "use peft::Lora for DoRA");
+  }
+  const Format& format() const { return format_; }
+
+  /// Checks every target (an nn::Linear whose weight the format can hold), attaches LoRA as
+  /// peft::Lora does, then quantizes each adapted layer's base.
+  void attach(torch::nn::Module& module) {
+    validate();
+    for (const auto& [name, linear] : detail::target_linears(module, options().targets, "QLora"))
+      format_.check(linear->weight, name);
+    Lora::attach(module);
+    bases_.clear();
+    auto modules = module.named_modules("", /*include_self=*/false);
+    for (const auto& [name, branch] : branches()) {
+      auto& layer = *modules[name]->template as<nn::LinearImpl>();
+      auto base = std::make_shared<QuantizedBase<Format>>(layer, branch, format_);
+      layer.attach(base);
+      bases_.emplace_back(name, base);
+    }
+  }
+
+  /// Dequantizes every base into float, then folds the adapters in as peft::Lora::merge does.
+  void merge(torch::nn::Module& module) {
+    for_each_base(module, [](nn::LinearImpl& layer, QuantizedBase<Format>& base) { base.to_float(layer); });
+    bases_.clear();
+    Lora::merge(module);
+  }
+  /// Folds the adapters into the quantized bases, which stay quantized.
+  void merge_quantized(torch::nn::Module& module) {
+    for_each_base(module, [](nn::LinearImpl& layer, QuantizedBase<Format>& base) { base.merge_quantized(layer); });
+  }
+  /// Takes the adapters back out: of the quantized bases (after merge_quantized) or of the float
+  /// ones (after merge).
+  void unmerge(torch::nn::Module& module) {
+    if (bases_.empty()) return Lora::unmerge(module);
+    for_each_base(module, [](nn::LinearImpl& layer, QuantizedBase<Format>& base) { base.unmerge_quantized(layer); });
+  }
+
+  /// The bytes of the quantized bases, and what they would take as float32.
+  std::int64_t base_bytes() const {
+    std::int64_t total = 0;
+    for (const auto& [name, base] : bases_) total += base->packed().bytes();
+    return total;
+  }
+  std::int64_t float_base_bytes() const {
+    std::int64_t total = 0;
+    for (const auto& [name, base] : bases_) {
+      std::int64_t numel = 1;
+      for (auto d : base->packed().shape) numel *= d;
+      total += numel * static_cast<std::int64_t>(sizeof(float));
+    }
+    return total;
+  }
+  /// The adapted layers' names and quantized bases, in module order (empty after merge).
+  const std::vector<std::pair<std::string, std::shared_ptr<QuantizedBase<Format>>>>& bases() const { return bases_; }
+
+private:
+  template <class Fn>
+  void for_each_base(torch::nn::Module& module, Fn fn) {
+    auto modules = module.named_modules("", /*include_self=*/false);
+    for (const auto& [name, base] : bases_) fn(*modules[name]->template as<nn::LinearImpl>(), *base);
+  }
+
+  Format format_;
+  std::vector<std::pair<std::string, std::shared_ptr<QuantizedBase<Format>>>> bases_;
+};
+
+static_assert(Policy<QLora<quant::Nf4>>);
+
+} // namespace ftopt::peft

@@ -1,0 +1,203 @@
+// Tests for include/ftopt/peft/qlora.hpp: LoRA over an int8 or NF4 frozen base. The expected
+// values are peft::Lora's formula over the dequantized base (quant::*::dequantize, checked against
+// the formats' definitions in tests/quant/frozen_weight.cpp), written out here.
+#include <catch2/catch.hpp>
+
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+
+#include "../support.hpp"
+
+using namespace ftopt;
+
+namespace {
+
+using Int8Lora = peft::QLora<quant::Int8PerChannel>;
+using Nf4Lora = peft::QLora<quant::Nf4>;
+
+/// The format with blocks that fit the small layers here (64 x 32: 32 blocks of 64).
+template <class Format>
+Format small_format() {
+  if constexpr (std::is_same_v<Format, quant::Nf4>) return quant::Nf4{.block_size = 64, .scaler_block_size = 8};
+  else return Format{};
+}
+
+/// Two Linears named "0" and "1", both adapted.
+struct Net {
+  torch::nn::Sequential net;
+  Net(std::uint64_t seed)
+      : net((torch::manual_seed(seed), torch::nn::Sequential(nn::Linear(32, 64), torch::nn::ReLU(), nn::Linear(64, 32)))) {}
+  nn::LinearImpl& layer(int i) { return *net[static_cast<std::size_t>(2 * i)]->as<nn::LinearImpl>(); }
+};
+
+} // namespace
+
+TEMPLATE_TEST_CASE("QLora computes deq(Q(W)) x + b + s B A x, and trains A and B alone", "[peft][qlora]",
+                   quant::Int8PerChannel, quant::Nf4) {
+  Net n(7);
+  const auto w0 = n.layer(0).weight.detach().clone();
+  peft::QLora<TestType> qlora({.r = 4, .alpha = 8, .targets = {"0", "2"}}, small_format<TestType>());
+  qlora.attach(*n.net);
+  REQUIRE(qlora.bases().size() == 2);
+  auto& layer = n.layer(0);
+  // The float weight is gone; the packed base lives in the layer's buffers.
+  CHECK(layer.weight.numel() == 0);
+  CHECK(layer.named_buffers(false).contains("weight_packed"));
+  const auto& packed = qlora.bases()[0].second->packed();
+  const auto deq = TestType::dequantize(packed, at::kFloat);
+  CHECK(torch::allclose(deq, TestType::dequantize(small_format<TestType>().quantize(w0), at::kFloat)));
+  // Within the format's step: int8's half step of 1/127.5 of a row's largest value; NF4's widest
+  // gap (-1 to -0.6962) over two, 0.152 of a block's largest, plus the scaler's rounding.
+  const double step = std::is_same_v<TestType, quant::Nf4> ? 0.16 : 0.5 / 127.5 + 1e-6;
+  CHECK((deq - w0).abs().max().item().toDouble() <= step * w0.abs().max().item().toDouble());
+
+  auto& branch = *qlora.branches()[0].second;
+  {
+    torch::NoGradGuard no_grad;
+    branch.b()->weight.normal_();
+  }
+  const double s = 2.0;
+  auto a = branch.a()->weight.detach().clone().requires_grad_();
+  auto b = branch.b()->weight.detach().clone().requires_grad_();
+  auto x = torch::randn({5, 32});
+  const auto got = layer.forward(x);
+  const auto expected = torch::linear(x, deq, layer.bias.detach()) + s * torch::matmul(torch::matmul(x, a.t()), b.t());
+  CHECK(torch::allclose(got, expected, 1e-5, 1e-5));
+  const auto g = torch::randn_like(expected);
+  (got * g).sum().backward();
+  (expected * g).sum().backward();
+  CHECK(torch::allclose(branch.a()->weight.grad(), a.grad(), 1e-4, 1e-5));
+  CHECK(torch::allclose(branch.b()->weight.grad(), b.grad(), 1e-4, 1e-5));
+  // Only the adapters require grad: the base is frozen and packed.
+  for (const auto& p : qlora.trainable_parameters(*n.net)) CHECK(p.dim() == 2);
+  CHECK(qlora.trainable_parameters(*n.net).size() == 4);
+}
+
+TEMPLATE_TEST_CASE("QLora's bases take <= 30% (int8) and <= 16% (NF4) of their float32 bytes", "[peft][qlora]",
+                   quant::Int8PerChannel, quant::Nf4) {
+  // The d-256 ViT of the main job, LoRA on every block Linear.
+  torch::manual_seed(1);
+  models::ViT vit({.image_size = 28, .patch_size = 7, .channels = 1, .hidden = 256, .layers = 2, .heads = 4,
+                   .intermediate = 512, .num_labels = 10});
+  peft::QLora<TestType> qlora({.r = 8, .targets = {"query", "key", "value", "dense"}});
+  qlora.attach(*vit);
+  const double ratio = static_cast<double>(qlora.base_bytes()) / static_cast<double>(qlora.float_base_bytes());
+  INFO("base " << qlora.base_bytes() << " bytes of " << qlora.float_base_bytes());
+  CHECK(ratio <= (std::is_same_v<TestType, quant::Nf4> ? 0.16 : 0.30));
+  // The float weights of the adapted layers are freed.
+  std::int64_t float_left = 0;
+  for (const auto& [name, base] : qlora.bases()) float_left += vit->named_parameters()[name + ".weight"].numel();
+  CHECK(float_left == 0);
+}
+
+TEMPLATE_TEST_CASE("QLora merges into a float base or keeps it quantized", "[peft][qlora]", quant::Int8PerChannel,
+                   quant::Nf4) {
+  Net n(8);
+  peft::QLora<TestType> qlora({.r = 4, .alpha = 4, .targets = {"0", "2"}}, small_format<TestType>());
+  qlora.attach(*n.net);
+  for (auto& [name, branch] : qlora.branches()) {
+    torch::NoGradGuard no_grad;
+    branch->b()->weight.normal_(0, 0.1);
+  }
+  const auto x = torch::randn({6, 32});
+  torch::NoGradGuard no_grad;
+  const auto before = n.net->forward(x);
+  const auto deq = TestType::dequantize(qlora.bases()[0].second->packed(), at::kFloat);
+  const auto delta = qlora.branches()[0].second->delta();
+
+  SECTION("merge: float W = deq(Q(W)) + s B A, the same outputs") {
+    qlora.merge(*n.net);
+    CHECK(qlora.bases().empty());
+    CHECK(torch::allclose(n.layer(0).weight, deq + delta, 1e-5, 1e-6));
+    CHECK(n.layer(0).named_buffers(false)["weight_packed"].numel() == 0);
+    CHECK(torch::allclose(n.net->forward(x), before, 1e-4, 1e-5));
+    qlora.unmerge(*n.net);
+    CHECK(torch::allclose(n.layer(0).weight, deq, 1e-5, 1e-6));
+    CHECK(torch::allclose(n.net->forward(x), before, 1e-4, 1e-5));
+  }
+  SECTION("merge_quantized: the base holds Q(deq(Q(W)) + s B A); unmerge takes s B A back out") {
+    qlora.merge_quantized(*n.net);
+    CHECK(n.layer(0).weight.numel() == 0);
+    const auto merged = TestType::dequantize(qlora.bases()[0].second->packed(), at::kFloat);
+    CHECK(torch::allclose(merged, TestType::dequantize(small_format<TestType>().quantize(deq + delta), at::kFloat)));
+    const double tolerance = std::is_same_v<TestType, quant::Nf4> ? 0.5 : 0.05;
+    CHECK(((n.net->forward(x) - before).norm() / before.norm()).item<double>() < tolerance);
+    qlora.unmerge(*n.net);
+    CHECK_FALSE(qlora.branches()[0].second->merged());
+    const auto back = TestType::dequantize(qlora.bases()[0].second->packed(), at::kFloat);
+    CHECK(torch::allclose(back, TestType::dequantize(small_format<TestType>().quantize(merged - delta), at::kFloat)));
+  }
+}
+
+TEST_CASE("QLora with PiSSA quantizes the residual W - s B A", "[peft][qlora]") {
+  Net n(9);
+  const auto w0 = n.layer(1).weight.detach().clone();
+  Int8Lora qlora({.r = 4, .alpha = 4, .targets = {"2"}, .init = peft::LoraInit::Pissa});
+  qlora.attach(*n.net);
+  const auto residual = quant::Int8PerChannel::dequantize(qlora.bases()[0].second->packed(), at::kFloat);
+  const auto delta = qlora.branches()[0].second->delta();
+  // deq(Q(residual)) + s B A is W, up to int8's rounding of the residual (half a step per row).
+  const auto scales = qlora.bases()[0].second->packed().scales.unsqueeze(1);
+  CHECK(((residual + delta - w0).abs() <= scales / 2 + 1e-6).all().item<bool>());
+}
+
+TEST_CASE("QLora trains under Bf16Mixed through the Trainer and finalizes into DynamicInt8", "[peft][qlora]") {
+  auto model = test::tiny_vit(42, 32);
+  using T = Trainer<precision::Bf16Mixed, Nf4Lora, memory::None, parallel::Single, quant::DynamicInt8>;
+  T trainer(test::quiet(), {}, Nf4Lora({.r = 4, .targets = {"query", "value"}, .modules_to_save = {"classifier"}},
+                                     quant::Nf4{.block_size = 64, .scaler_block_size = 16}));
+  test::Batches vit_batches;
+  for (int i = 0; i < 3; ++i) vit_batches.emplace_back(torch::randn({8, 1, 28, 28}), torch::randint(0, 10, {8}));
+  const auto& trainable = trainer.prepare(model);
+  const auto before = test::snapshot(*model);
+  torch::optim::AdamW optimizer(trainable, torch::optim::AdamWOptions(1e-2));
+  const auto result = trainer.fit(model, optimizer, vit_batches);
+  CHECK(std::isfinite(result.epochs[0].loss));
+  CHECK_FALSE(test::same_values(before, test::snapshot(*model)));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto x = vit_batches[0].first;
+  const auto trained = model->forward(x);
+  trainer.finalize(model);  // the bases to float, the adapters folded in, then int8 kernels
+  const auto converted = model->forward(x);
+  CHECK(((converted - trained).norm() / trained.norm()).item<double>() < 0.1);
+}
+
+TEST_CASE("QLora refuses DoRA, convolutions and NF4 blocks that do not fit, before changing the model",
+          "[peft][qlora][bad-input]") {
+  Net n(10);
+  const auto before = test::snapshot(*n.net);
+  CHECK_THAT(test::message_of([&] { Nf4Lora({.targets = {"0"}, .dora = true}).attach(*n.net); }),
+             Catch::Contains("QLora: use_dora is not supported over a quantized base"));
+  // 32 x 64 = 2048 values in blocks of 64: 32 blocks, which 256 does not divide.
+  CHECK_THAT(test::message_of([&] { Nf4Lora({.r = 4, .targets = {"0", "2"}}).attach(*n.net); }),
+             Catch::Contains("scaler_block_size = 256 does not divide the 32 blocks of '0'"));
+  CHECK_THAT(test::message_of([&] {
+               Nf4Lora({.r = 4, .targets = {"0"}}, quant::Nf4{.block_size = 96, .scaler_block_size = 1}).attach(*n.net);
+             }),
+             Catch::Contains("block_size = 96 does not divide the 2048 values of '0'"));
+  CHECK(test::same_values(before, test::snapshot(*n.net)));
+  CHECK_FALSE(n.layer(0).extension());
+  CHECK(n.layer(0).named_buffers(false).is_empty());
+
+  torch::nn::Sequential conv(nn::Conv2d(torch::nn::Conv2dOptions(3, 8, 3)));
+  CHECK_THAT(test::message_of([&] { Int8Lora({.r = 2, .targets = {"0"}}).attach(*conv); }),
+             Catch::Contains("QLora: target '0' is not an ftopt::nn::Linear"));
+}
+
+TEST_CASE("The rules: a quantized base combines with every precision policy, not with fake-quant training",
+          "[peft][qlora][rules]") {
+  using rules::broken_rule;
+  STATIC_REQUIRE(rules::quantizes_frozen_base<Nf4Lora>);
+  STATIC_REQUIRE(broken_rule<precision::Fp32, Nf4Lora, memory::None, parallel::Single, quant::None>() == nullptr);
+  STATIC_REQUIRE(broken_rule<precision::Bf16Mixed, Int8Lora, memory::Checkpoint, parallel::Single, quant::None>() ==
+                 nullptr);
+  STATIC_REQUIRE(broken_rule<precision::Fp16Mixed, Nf4Lora, memory::None, parallel::Ddp, quant::None>() == nullptr);
+  STATIC_REQUIRE(broken_rule<precision::Bf16True, Nf4Lora, memory::None, parallel::Single, quant::DynamicInt8>() ==
+                 nullptr);
+  STATIC_REQUIRE(broken_rule<precision::Fp32, Nf4Lora, memory::None, parallel::Single, quant::StaticInt8>() == nullptr);
+  STATIC_REQUIRE(broken_rule<precision::Fp32, Int8Lora, memory::None, parallel::Single, quant::Qat>() ==
+                 rules::rule::fake_quant_over_quantized_base);
+  // compile-fail test: tests/compile_fail/fake_quant_over_quantized_base.cpp
+}

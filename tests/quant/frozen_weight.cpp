@@ -1,0 +1,199 @@
+// Tests for include/ftopt/quant/support/frozen_weight.hpp: the int8 per-row and NF4 formats
+// against their definitions written out here element by element (bitsandbytes' create_normal_map
+// for the NF4 levels, torchao's to_nf4 for the blocks and the double quantization), and the
+// frozen Linear's forward and gradients against at::linear over the dequantized weight.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <ftopt/detail/compat.hpp>
+#include <ftopt/quant/support/frozen_weight.hpp>
+
+#include "../support.hpp"
+
+using namespace ftopt;
+
+namespace {
+
+std::vector<float> values_of(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kFloat).contiguous();
+  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
+}
+
+/// torchao's to_nf4 then get_original_weight, one value at a time in float32: the codes and the
+/// dequantized weight.
+std::pair<std::vector<int>, std::vector<float>> nf4_by_definition(const std::vector<float>& w, int block,
+                                                                   int scaler_block) {
+  const int blocks = static_cast<int>(w.size()) / block;
+  std::vector<float> absmax(blocks, 0.0F);
+  for (int b = 0; b < blocks; ++b)
+    for (int i = 0; i < block; ++i) absmax[b] = std::max(absmax[b], std::abs(w[b * block + i]));
+  float mean = 0;
+  for (float a : absmax) mean += a;
+  mean /= static_cast<float>(blocks);
+  std::vector<float> scalers(blocks);
+  for (int s = 0; s < blocks / scaler_block; ++s) {
+    float largest = 0;
+    for (int i = 0; i < scaler_block; ++i) largest = std::max(largest, std::abs(absmax[s * scaler_block + i] - mean));
+    const float factor = 128.0F / largest;
+    for (int i = 0; i < scaler_block; ++i) {
+      const int b = s * scaler_block + i;
+      const float q = std::clamp(std::nearbyint((absmax[b] - mean) * factor), -128.0F, 127.0F);
+      scalers[b] = q / factor + mean;
+    }
+  }
+  std::vector<int> codes(w.size());
+  std::vector<float> out(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const int b = static_cast<int>(i) / block;
+    const float x = w[i] / absmax[b];
+    std::array<float, 16> distance;
+    for (int k = 0; k < 16; ++k) distance[k] = std::abs(x - quant::Nf4::levels[k]);
+    const int best = static_cast<int>(std::min_element(distance.begin(), distance.end()) - distance.begin());  // the first
+    codes[i] = best;
+    out[i] = quant::Nf4::levels[best] * scalers[b];
+  }
+  return {codes, out};
+}
+
+} // namespace
+
+TEST_CASE("The NF4 levels are bitsandbytes' normal quantiles with offset 0.9677083", "[quant][nf4]") {
+  // create_normal_map: norm.ppf over linspace(offset, 0.5, 9)[:-1] (8 positive levels) and the
+  // negated ppf over linspace(offset, 0.5, 8)[:-1] (7 negative), 0 between, divided by the largest.
+  const double offset = 0.9677083;
+  const auto ppf = [](double p) { return std::sqrt(2.0) * at::erfinv(at::tensor(2 * p - 1, at::kDouble)).item<double>(); };
+  const auto linspace = [&](int n) { return torch::linspace(offset, 0.5, n, at::kFloat); };
+  std::vector<double> v;
+  const auto pos = linspace(9), neg = linspace(8);
+  for (int i = 0; i < 8; ++i) v.push_back(ppf(pos[i].item<double>()));
+  for (int i = 0; i < 7; ++i) v.push_back(-ppf(neg[i].item<double>()));
+  v.push_back(0);
+  std::sort(v.begin(), v.end());
+  for (int k = 0; k < 16; ++k) {
+    INFO("level " << k);
+    CHECK(quant::Nf4::levels[k] == Approx(v[k] / v.back()).margin(1e-6));
+  }
+}
+
+TEST_CASE("NF4 codes, packing and dequantized values follow torchao's to_nf4", "[quant][nf4]") {
+  torch::manual_seed(3);
+  const auto weight = torch::randn({64, 128}) * torch::rand({64, 1});  // rows of different scales
+  const quant::Nf4 nf4{.block_size = 64, .scaler_block_size = 16};
+  const auto packed = nf4.quantize(weight);
+  const auto [codes, expected] = nf4_by_definition(values_of(weight), 64, 16);
+
+  REQUIRE(packed.data.scalar_type() == at::kByte);
+  REQUIRE(packed.data.numel() == weight.numel() / 2);
+  CHECK(packed.scales.scalar_type() == at::kChar);
+  CHECK(packed.scales.numel() == weight.numel() / 64);
+  CHECK(packed.factors.numel() == weight.numel() / 64 / 16);
+  // Two codes a byte, the first in the high nibble.
+  const auto bytes = packed.data.contiguous();
+  std::size_t wrong = 0;
+  for (std::int64_t i = 0; i < bytes.numel(); ++i) {
+    const int byte = bytes[i].item<int>();
+    wrong += (byte >> 4) != codes[2 * i] || (byte & 15) != codes[2 * i + 1];
+  }
+  CHECK(wrong == 0);
+  const auto got = values_of(quant::Nf4::dequantize(packed, at::kFloat));
+  REQUIRE(got.size() == expected.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double(got[i]) - expected[i]));
+  CHECK(worst < 1e-5);  // the mean of the absmaxes may sum in another order
+  // bf16 (the CPU's one-pass path) and fp16 (ATen ops, the path off the CPU): the float values, rounded.
+  CHECK(torch::equal(quant::Nf4::dequantize(packed, at::kHalf), quant::Nf4::dequantize(packed, at::kFloat).to(at::kHalf)));
+  CHECK(torch::equal(quant::Nf4::dequantize(packed, at::kBFloat16), quant::Nf4::dequantize(packed, at::kFloat).to(at::kBFloat16)));
+  // An all-zero block codes the zero level and dequantizes to zero.
+  auto zeros = weight.clone();
+  zeros.view(-1).narrow(0, 0, 64).zero_();
+  CHECK(quant::Nf4::dequantize(nf4.quantize(zeros), at::kFloat).view(-1).narrow(0, 0, 64).abs().max().item<float>() == 0);
+}
+
+TEST_CASE("Int8 per channel: scale max(absmax / 127.5, eps) per row, q = clamp(round(w / scale))", "[quant][int8]") {
+  torch::manual_seed(4);
+  auto weight = torch::randn({24, 40});
+  weight[5].zero_();  // a zero row takes the smallest scale
+  const auto packed = quant::Int8PerChannel{}.quantize(weight);
+  REQUIRE(packed.data.scalar_type() == at::kChar);
+  REQUIRE(packed.scales.numel() == 24);
+  const auto w = values_of(weight), q = values_of(packed.data), s = values_of(packed.scales);
+  std::size_t wrong = 0;
+  for (int r = 0; r < 24; ++r) {
+    float absmax = 0;
+    for (int c = 0; c < 40; ++c) absmax = std::max(absmax, std::abs(w[r * 40 + c]));
+    const float scale = std::max(absmax / 127.5F, std::numeric_limits<float>::epsilon());
+    wrong += s[r] != scale;
+    for (int c = 0; c < 40; ++c)
+      wrong += q[r * 40 + c] != std::clamp(std::nearbyint(w[r * 40 + c] / scale), -128.0F, 127.0F);
+  }
+  CHECK(wrong == 0);
+  const auto back = quant::Int8PerChannel::dequantize(packed, at::kFloat);
+  CHECK(torch::allclose(back, packed.data.to(at::kFloat) * packed.scales.unsqueeze(1)));
+  // Every value within half a step of its row's scale (and float32's rounding of w / scale).
+  CHECK(((back - weight).abs() <= packed.scales.unsqueeze(1) * (0.5 + 1e-5)).all().item<bool>());
+}
+
+TEST_CASE("The formats' sizes: int8 <= 30% and NF4 <= 16% of float32", "[quant][nf4][int8]") {
+  const auto weight = torch::randn({256, 1024});
+  const double fp32 = 4.0 * static_cast<double>(weight.numel());
+  const auto int8 = quant::Int8PerChannel{}.quantize(weight);
+  const auto nf4 = quant::Nf4{}.quantize(weight);
+  // numel int8 values + a float scale per row; numel / 2 bytes of codes, an int8 scaler per 64
+  // values, a float factor per 256 scalers, a float mean.
+  CHECK(int8.bytes() == weight.numel() + 4 * 256);
+  CHECK(nf4.bytes() == weight.numel() / 2 + weight.numel() / 64 + 4 * (weight.numel() / 64 / 256) + 4);
+  CHECK(int8.bytes() / fp32 <= 0.30);
+  CHECK(nf4.bytes() / fp32 <= 0.16);
+}
+
+TEST_CASE("An NF4 block size that does not divide the weight is an error naming it and the module", "[quant][nf4]") {
+  const auto weight = torch::randn({16, 16});
+  CHECK_THAT(test::message_of([&] { quant::Nf4{.block_size = 48}.check(weight, "encoder.query"); }),
+             Catch::Contains("block_size = 48 does not divide the 256 values of 'encoder.query'"));
+  CHECK_THAT(test::message_of([&] { quant::Nf4{.block_size = 64, .scaler_block_size = 3}.check(weight, "encoder.key"); }),
+             Catch::Contains("scaler_block_size = 3 does not divide the 4 blocks of 'encoder.key'"));
+  CHECK_THAT(test::message_of([] { quant::Nf4{.block_size = 7}.validate(); }),
+             Catch::Contains("block_size must be a positive even number, got 7"));
+  CHECK(test::message_of([&] { quant::Nf4{.block_size = 64, .scaler_block_size = 4}.check(weight, "ok"); }) ==
+        "(no ftopt::Error thrown)");
+}
+
+TEMPLATE_TEST_CASE("frozen_linear computes x deq(W)^T + b and dequantizes again for the input's gradient",
+                   "[quant][nf4][int8]", quant::Int8PerChannel, quant::Nf4) {
+  torch::manual_seed(5);
+  const TestType format = [] {
+    if constexpr (std::is_same_v<TestType, quant::Nf4>) return quant::Nf4{.block_size = 64, .scaler_block_size = 4};
+    else return TestType{};
+  }();
+  const auto packed = format.quantize(torch::randn({32, 64}));
+  const auto w = TestType::dequantize(packed, at::kFloat);
+  auto bias = torch::randn({32}).requires_grad_();
+  auto x = torch::randn({3, 5, 64}).requires_grad_();
+  const auto y = quant::frozen_linear<TestType>(x, packed, bias);
+  auto x2 = x.detach().clone().requires_grad_();
+  auto bias2 = bias.detach().clone().requires_grad_();
+  const auto expected = torch::linear(x2, w, bias2);
+  CHECK(torch::allclose(y, expected, 1e-5, 1e-5));
+  const auto g = torch::randn_like(expected);
+  (y * g).sum().backward();
+  (expected * g).sum().backward();
+  CHECK(torch::allclose(x.grad(), x2.grad(), 1e-5, 1e-5));
+  CHECK(torch::allclose(bias.grad(), bias2.grad(), 1e-5, 1e-5));
+
+  // In bf16 (the input as autocast casts it): the product in bf16, the bias gradient in float.
+  auto xb = x.detach().to(at::kBFloat16).requires_grad_();
+  const auto yb = quant::frozen_linear<TestType>(xb, packed, bias);
+  CHECK(yb.scalar_type() == at::kBFloat16);
+  CHECK(torch::allclose(yb.to(at::kFloat), torch::linear(x.detach(), w, bias.detach()), 5e-2, 5e-2));
+  bias.mutable_grad().reset();
+  yb.sum().backward();
+  CHECK(xb.grad().scalar_type() == at::kBFloat16);
+  CHECK(bias.grad().scalar_type() == at::kFloat);
+}
