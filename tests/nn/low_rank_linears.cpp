@@ -126,6 +126,34 @@ TEST_CASE("low_rank_linears gives PEFT's LoRA formula, values and gradients", "[
   }
 }
 
+TEST_CASE("low_rank_linears trains a LoRA branch on a Linear without bias", "[nn][low_rank_linears]") {
+  // A custom autograd function takes no undefined tensor as an input: the missing bias is none.
+  torch::manual_seed(2);
+  torch::nn::Sequential net(ftopt::nn::Linear(torch::nn::LinearOptions(16, 12).bias(false)));
+  ftopt::peft::Lora lora({.r = 4, .alpha = 8, .targets = {"0"}});
+  lora.attach(*net);
+  auto& branch = *lora.branches()[0].second;
+  {
+    torch::NoGradGuard no_grad;
+    branch.b()->weight.normal_();
+  }
+  const auto& w = net[0]->as<ftopt::nn::LinearImpl>()->weight;
+  auto x = torch::randn({3, 16}).requires_grad_(true);
+  const auto y = net->forward(x);
+  CHECK(from_low_rank_kernel(y));
+  auto a = branch.a()->weight.detach().clone().requires_grad_(true);
+  auto b = branch.b()->weight.detach().clone().requires_grad_(true);
+  auto x2 = x.detach().clone().requires_grad_(true);
+  const auto want = at::linear(x2, w) + 2.0 * at::linear(at::linear(x2, a), b);
+  CHECK(torch::allclose(y, want, 1e-5, 1e-5));
+  const auto g = torch::randn_like(want);
+  (y * g).sum().backward();
+  (want * g).sum().backward();
+  CHECK(torch::allclose(x.grad(), x2.grad(), 1e-5, 1e-5));
+  CHECK(torch::allclose(branch.a()->weight.grad(), a.grad(), 1e-4, 1e-5));
+  CHECK(torch::allclose(branch.b()->weight.grad(), b.grad(), 1e-4, 1e-5));
+}
+
 TEST_CASE("low_rank_linears is not used where the formula would not hold", "[nn][low_rank_linears]") {
   torch::manual_seed(2);
   LowRankProjections m;

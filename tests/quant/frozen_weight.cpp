@@ -165,7 +165,7 @@ TEST_CASE("An NF4 block size that does not divide the weight is an error naming 
         "(no ftopt::Error thrown)");
 }
 
-TEMPLATE_TEST_CASE("frozen_linear computes x deq(W)^T + b and dequantizes again for the input's gradient",
+TEMPLATE_TEST_CASE("frozen_linear computes x (deq(W) [+ s B A])^T + b and dequantizes again for the input's gradient",
                    "[quant][nf4][int8]", quant::Int8PerChannel, quant::Nf4) {
   torch::manual_seed(5);
   const TestType format = [] {
@@ -186,6 +186,9 @@ TEMPLATE_TEST_CASE("frozen_linear computes x deq(W)^T + b and dequantizes again 
   (expected * g).sum().backward();
   CHECK(torch::allclose(x.grad(), x2.grad(), 1e-5, 1e-5));
   CHECK(torch::allclose(bias.grad(), bias2.grad(), 1e-5, 1e-5));
+  // A Linear without bias.
+  CHECK(torch::allclose(quant::frozen_linear<TestType>(x.detach(), packed, at::Tensor()), torch::linear(x.detach(), w),
+                        1e-5, 1e-5));
 
   // In bf16 (the input as autocast casts it): the product in bf16, the bias gradient in float.
   auto xb = x.detach().to(at::kBFloat16).requires_grad_();
@@ -196,4 +199,20 @@ TEMPLATE_TEST_CASE("frozen_linear computes x deq(W)^T + b and dequantizes again 
   yb.sum().backward();
   CHECK(xb.grad().scalar_type() == at::kBFloat16);
   CHECK(bias.grad().scalar_type() == at::kFloat);
+
+  // With a low-rank term: x (deq(W) + s B A)^T + b, and the gradients of A, B, x and b.
+  auto a = (torch::randn({4, 64}) * 0.1).requires_grad_();
+  auto b = (torch::randn({32, 4}) * 0.1).requires_grad_();
+  auto a2 = a.detach().clone().requires_grad_(), b2 = b.detach().clone().requires_grad_();
+  for (auto* t : {&x, &bias, &x2, &bias2})
+    if (t->grad().defined()) t->mutable_grad().reset();
+  const auto z = quant::frozen_linear<TestType>(x, packed, bias, {a, b, 0.5});
+  const auto z2 = torch::linear(x2, w, bias2) + 0.5 * torch::matmul(torch::matmul(x2, a2.t()), b2.t());
+  CHECK(torch::allclose(z, z2, 1e-5, 1e-5));
+  (z * g).sum().backward();
+  (z2 * g).sum().backward();
+  CHECK(torch::allclose(x.grad(), x2.grad(), 1e-5, 1e-5));
+  CHECK(torch::allclose(bias.grad(), bias2.grad(), 1e-5, 1e-5));
+  CHECK(torch::allclose(a.grad(), a2.grad(), 1e-4, 1e-5));
+  CHECK(torch::allclose(b.grad(), b2.grad(), 1e-4, 1e-5));
 }

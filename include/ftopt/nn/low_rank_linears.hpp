@@ -61,6 +61,12 @@ inline c10::impl::ExcludeDispatchKeyGuard no_autocast() {
       c10::DispatchKeySet({c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA}));
 }
 
+/// The tensor as a list: itself, or nothing when undefined (layers without bias). Autograd takes
+/// no undefined tensor as a custom function's input; one in a list is none.
+inline at::TensorList present(const at::Tensor& t) {
+  return t.defined() ? at::TensorList(t) : at::TensorList();
+}
+
 /// W_i + s_j B_j A_j for each layer i (term j where term_layer[j] == i), stacked and cast to `dtype`.
 inline at::Tensor merged_weights(at::TensorList weights, at::TensorList as, at::TensorList bs,
                                  const std::vector<double>& scalings, const std::vector<std::int64_t>& term_layer,
@@ -77,15 +83,16 @@ class LowRankLinearsFunction : public torch::autograd::Function<LowRankLinearsFu
 public:
   using Context = torch::autograd::AutogradContext;
 
-  /// input [*, in] in the compute dtype; bias the layers' biases stacked, or undefined; weights
+  /// input [*, in] in the compute dtype; bias the layers' biases stacked, or nothing; weights
   /// [out_i, in], frozen; term j is (as[j] [r_j, in], bs[j] [out, r_j], scalings[j]) on layer
   /// term_layer[j]. Returns the layers' outputs side by side, [*, sum out_i].
-  static torch::autograd::variable_list forward(Context* ctx, const at::Tensor& input, const at::Tensor& bias,
+  static torch::autograd::variable_list forward(Context* ctx, const at::Tensor& input, at::TensorList biases,
                                                 at::TensorList weights, at::TensorList as, at::TensorList bs,
                                                 std::vector<double> scalings, std::vector<std::int64_t> term_layer) {
     auto guard = no_autocast();
     const auto dtype = input.scalar_type();
     const at::Tensor w = merged_weights(weights, as, bs, scalings, term_layer, dtype);
+    const at::Tensor bias = biases.empty() ? at::Tensor() : biases[0];
     const at::Tensor y = at::linear(input, w, bias.defined() ? bias.to(dtype) : bias);
     const at::Tensor a = (as.size() == 1 ? as[0] : at::cat(as)).to(dtype);
     const at::Tensor u = at::mm(input.reshape({-1, input.size(-1)}), a.t());  // [tokens, sum r_j]
@@ -97,6 +104,7 @@ public:
     ctx->saved_data["widths"] = widths;
     ctx->saved_data["scalings"] = scalings;
     ctx->saved_data["term_layer"] = term_layer;
+    ctx->saved_data["biases"] = static_cast<std::int64_t>(biases.size());
     ctx->saved_data["bias_dtype"] = bias.defined() ? bias.scalar_type() : dtype;
     ctx->saved_data["param_dtype"] = as[0].scalar_type();
     return {y};
@@ -113,13 +121,16 @@ public:
     const auto term_layer = ctx->saved_data["term_layer"].toIntVector();
     const auto param_dtype = ctx->saved_data["param_dtype"].toScalarType();
     const std::size_t layers = widths.size(), terms = term_layer.size();
+    const auto biases = static_cast<std::size_t>(ctx->saved_data["biases"].toInt());
 
     const at::Tensor g = grad_outputs[0].to(input.scalar_type()).reshape({-1, w.size(0)});
     const at::Tensor x = input.reshape({-1, input.size(-1)});
-    // One gradient per input of forward: input, bias, weights..., as..., bs..., scalings, term_layer.
-    torch::autograd::variable_list grads(2 + layers + 2 * terms + 2);
+    // One gradient per input of forward: input, the bias (if any), weights..., as..., bs...,
+    // scalings, term_layer.
+    torch::autograd::variable_list grads(1 + biases + layers + 2 * terms + 2);
     if (ctx->needs_input_grad(0)) grads[0] = at::mm(g, w).view(input.sizes());
-    if (ctx->needs_input_grad(1)) grads[1] = g.sum(0).to(ctx->saved_data["bias_dtype"].toScalarType());
+    if (biases == 1 && ctx->needs_input_grad(1)) grads[1] = g.sum(0).to(ctx->saved_data["bias_dtype"].toScalarType());
+    const std::size_t first_a = 1 + biases + layers;
     std::vector<std::int64_t> row(layers, 0);  // each layer's first output column
     for (std::size_t i = 1; i < layers; ++i) row[i] = row[i - 1] + widths[i - 1];
     std::int64_t rank_begin = 0;
@@ -129,8 +140,8 @@ public:
       const std::int64_t r = b.size(1);
       const at::Tensor g_layer = g.narrow(1, row[i], widths[i]);
       const double s = scalings[j];
-      grads[2 + layers + j] = at::mm(at::mm(g_layer, b).t(), x).to(param_dtype).mul_(s);                   // dA
-      grads[2 + layers + terms + j] = at::mm(g_layer.t(), u.narrow(1, rank_begin, r)).to(param_dtype).mul_(s);  // dB
+      grads[first_a + j] = at::mm(at::mm(g_layer, b).t(), x).to(param_dtype).mul_(s);                   // dA
+      grads[first_a + terms + j] = at::mm(g_layer.t(), u.narrow(1, rank_begin, r)).to(param_dtype).mul_(s);  // dB
       rank_begin += r;
     }
     return grads;
@@ -185,8 +196,9 @@ inline at::Tensor low_rank_linears(const LowRankGroup& group, const at::Tensor& 
                       bias.defined() ? bias.to(dtype) : bias);
   }
   // As TensorLists, so that autograd counts each tensor as an input of its own.
-  return detail::LowRankLinearsFunction::apply(input, bias, at::TensorList(group.weights), at::TensorList(group.as),
-                                               at::TensorList(group.bs), group.scalings, group.term_layer)[0];
+  return detail::LowRankLinearsFunction::apply(input, detail::present(bias), at::TensorList(group.weights),
+                                               at::TensorList(group.as), at::TensorList(group.bs), group.scalings,
+                                               group.term_layer)[0];
 }
 
 /// The forward of a layer whose extension adds a term (an unmerged LoRA or VeRA branch): one

@@ -65,11 +65,13 @@ public:
     empty(layer.weight);
   }
 
-  /// The packed base's product, plus the branch's term while it is not folded in.
+  /// The packed base's product, plus the branch's term while it is not folded in: one GEMM over
+  /// deq(W) + s B A while the branch offers that term (no dropout in training), else the sum.
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
     const at::Tensor input = nn::autocast_input(x);
-    const at::Tensor y = quant::frozen_linear<Format>(input, packed_, layer.bias);
-    return branch_->merged() ? y : y + branch_->added(layer, input);
+    if (branch_->merged()) return quant::frozen_linear<Format>(input, packed_, layer.bias);
+    if (const auto term = branch_->low_rank(layer)) return quant::frozen_linear<Format>(input, packed_, layer.bias, *term);
+    return quant::frozen_linear<Format>(input, packed_, layer.bias) + branch_->added(layer, input);
   }
 
   /// The base back in float (the layer's dtype) with the branch attached in its place; the

@@ -19,9 +19,11 @@
 ///   quant::PackedWeight packed = nf4.quantize(weight);
 ///   at::Tensor w = quant::Nf4::dequantize(packed, at::kFloat);      // [out, in]
 ///   at::Tensor y = quant::frozen_linear<quant::Nf4>(x, packed, bias);  // dequantized again in backward
+///   at::Tensor z = quant::frozen_linear<quant::Nf4>(x, packed, bias, {lora_a, lora_b, scaling});
 ///
 /// frozen_linear keeps only the packed weight for the backward and dequantizes it again there
-/// (torchtune's linear_nf4 does the same), so no float copy of the base outlives its GEMM.
+/// (torchtune's linear_nf4 does the same), so no float copy of the base outlives its GEMM. With a
+/// LoRA term it computes as nn::low_rank_linears does, one GEMM over W + s B A.
 
 #include <array>
 #include <cstdint>
@@ -187,27 +189,48 @@ private:
 
 namespace detail {
 
-/// y = x W^T + b with W dequantized from its packed form for the forward and again for the
-/// input's gradient; the packed tensors are all the graph keeps.
+/// deq(W) [+ s B A] in `dtype`: the low-rank term added in float32 before the one cast.
+template <class Format>
+at::Tensor frozen_weight(const PackedWeight& packed, const at::Tensor& a, const at::Tensor& b, double scaling,
+                         at::ScalarType dtype) {
+  if (!a.defined()) return Format::dequantize(packed, dtype);
+  return at::addmm(Format::dequantize(packed, at::kFloat), b.to(at::kFloat), a.to(at::kFloat), 1, scaling).to(dtype);
+}
+
+/// y = x W'^T + b for W' = deq(W) + s B A (or deq(W) alone, without a and b), one GEMM; W' is
+/// formed again for the input's gradient, so the graph keeps the packed W, the input and the
+/// rank-r product u = x A^T, as nn::low_rank_linears keeps them for a float W:
+///     dx = dy W'      dB = s dy^T u      dA = s (dy B)^T x
 template <class Format>
 class FrozenLinearFunction : public torch::autograd::Function<FrozenLinearFunction<Format>> {
 public:
   using Context = torch::autograd::AutogradContext;
 
-  static torch::autograd::variable_list forward(Context* ctx, const at::Tensor& input, const at::Tensor& bias,
-                                                const PackedWeight& packed) {
+  /// `bias` holds the bias or nothing, `term` A and B or nothing: autograd takes no undefined
+  /// tensor as an input, and one in a list is none.
+  static torch::autograd::variable_list forward(Context* ctx, const at::Tensor& input, at::TensorList bias,
+                                                at::TensorList term, const PackedWeight& packed, double scaling) {
     auto guard = nn::detail::no_autocast();
     const auto dtype = input.scalar_type();
-    const at::Tensor y = at::linear(input, Format::dequantize(packed, dtype), bias.defined() ? bias.to(dtype) : bias);
-    ctx->saved_data["data"] = packed.data;
-    ctx->saved_data["scales"] = packed.scales;
-    if (packed.factors.defined()) ctx->saved_data["factors"] = packed.factors;
-    if (packed.mean.defined()) ctx->saved_data["mean"] = packed.mean;
-    ctx->saved_data["shape"] = packed.shape;
-    ctx->saved_data["blocks"] = std::vector<std::int64_t>{packed.block_size, packed.scaler_block_size};
-    ctx->saved_data["input_sizes"] = input.sizes().vec();
-    ctx->saved_data["input_dtype"] = dtype;
-    ctx->saved_data["bias_dtype"] = bias.defined() ? bias.scalar_type() : dtype;
+    const at::Tensor a = term.empty() ? at::Tensor() : term[0], b = term.empty() ? at::Tensor() : term[1];
+    const at::Tensor w = frozen_weight<Format>(packed, a, b, scaling, dtype);
+    const at::Tensor y = at::linear(input, w, bias.empty() ? at::Tensor() : bias[0].to(dtype));
+    if (a.defined()) {
+      const at::Tensor u = at::mm(input.reshape({-1, input.size(-1)}), a.to(dtype).t());
+      ctx->save_for_backward({input, u, a, b});
+    }
+    auto& saved = ctx->saved_data;
+    saved["data"] = packed.data;
+    saved["scales"] = packed.scales;
+    if (packed.factors.defined()) saved["factors"] = packed.factors;
+    if (packed.mean.defined()) saved["mean"] = packed.mean;
+    saved["shape"] = packed.shape;
+    saved["blocks"] = std::vector<std::int64_t>{packed.block_size, packed.scaler_block_size};
+    saved["scaling"] = scaling;
+    saved["input_sizes"] = input.sizes().vec();
+    saved["input_dtype"] = dtype;
+    saved["biases"] = static_cast<std::int64_t>(bias.size());
+    saved["bias_dtype"] = bias.empty() ? dtype : bias[0].scalar_type();
     return {y};
   }
 
@@ -215,9 +238,14 @@ public:
     auto guard = nn::detail::no_autocast();
     auto& saved = ctx->saved_data;
     const auto dtype = saved["input_dtype"].toScalarType();
+    const double s = saved["scaling"].toDouble();
+    const auto biases = static_cast<std::size_t>(saved["biases"].toInt());
+    const auto tensors = ctx->get_saved_variables();
+    const at::Tensor a = tensors.empty() ? at::Tensor() : tensors[2], b = tensors.empty() ? at::Tensor() : tensors[3];
     const at::Tensor g = grad_outputs[0].to(dtype);
     const at::Tensor flat = g.reshape({-1, g.size(-1)});
-    torch::autograd::variable_list grads(3);
+    // One gradient per input: input, the bias (if any), A and B (if any), packed, scaling.
+    torch::autograd::variable_list grads(1 + biases + (a.defined() ? 2 : 0) + 2);
     if (ctx->needs_input_grad(0)) {
       const auto blocks = saved["blocks"].toIntVector();
       const PackedWeight packed{.data = saved["data"].toTensor(),
@@ -227,9 +255,14 @@ public:
                                 .shape = saved["shape"].toIntVector(),
                                 .block_size = blocks[0],
                                 .scaler_block_size = blocks[1]};
-      grads[0] = at::mm(flat, Format::dequantize(packed, dtype)).view(saved["input_sizes"].toIntVector());
+      grads[0] = at::mm(flat, frozen_weight<Format>(packed, a, b, s, dtype)).view(saved["input_sizes"].toIntVector());
     }
-    if (ctx->needs_input_grad(1)) grads[1] = flat.sum(0).to(saved["bias_dtype"].toScalarType());
+    if (biases == 1 && ctx->needs_input_grad(1)) grads[1] = flat.sum(0).to(saved["bias_dtype"].toScalarType());
+    if (a.defined()) {
+      const at::Tensor x = tensors[0].reshape({-1, tensors[0].size(-1)});
+      grads[1 + biases] = at::mm(at::mm(flat, b.to(dtype)).t(), x).to(a.scalar_type()).mul_(s);
+      grads[2 + biases] = at::mm(flat.t(), tensors[1]).to(b.scalar_type()).mul_(s);
+    }
     return grads;
   }
 };
@@ -240,7 +273,17 @@ public:
 /// autocast); the bias may train.
 template <class Format>
 at::Tensor frozen_linear(const at::Tensor& input, const PackedWeight& packed, const at::Tensor& bias) {
-  return detail::FrozenLinearFunction<Format>::apply(input, bias, packed)[0];
+  return detail::FrozenLinearFunction<Format>::apply(input, nn::detail::present(bias), at::TensorList(), packed, 1.0)[0];
+}
+
+/// x (W + s B A)^T + b for a packed frozen W and a trainable low-rank term (a LoRA branch without
+/// dropout): one GEMM over the merged weight, formed again in the backward.
+template <class Format>
+at::Tensor frozen_linear(const at::Tensor& input, const PackedWeight& packed, const at::Tensor& bias,
+                         const nn::LowRankTerm& term) {
+  const std::array<at::Tensor, 2> ab{term.a, term.b};
+  return detail::FrozenLinearFunction<Format>::apply(input, nn::detail::present(bias), at::TensorList(ab), packed,
+                                                     term.scaling)[0];
 }
 
 } // namespace ftopt::quant
