@@ -4,6 +4,7 @@
 // peft::AdapterNames; "names" lists them so the Python side can check them against the model.
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include <ftopt/models/vit.hpp>
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/peft/files/lora.hpp>
+#include <ftopt/peft/qlora.hpp>
 
 #include "peer.hpp"
 #include "vit_peer.hpp"
@@ -20,6 +22,28 @@
 namespace {
 using namespace ftopt;
 using peer::base_vit, peer::logits, peer::texts, peer::write_json, peer::transformers_vit;
+
+/// qlora's run for one format: QLora on the base's queries and values with non-zero adapters,
+/// written to work/CASE -> CASE.ftopt.safetensors: its logits, the gradients, the dequantized
+/// bases under the bare model's PEFT names ("base.<name>"), and the logits after merge.
+template <class Format>
+void qlora_case(const std::string& name, Format format, const std::filesystem::path& work) {
+  std::map<std::string, std::string> bare_names;
+  for (const auto& [own, peft_key] : peft::peft_keys(*base_vit(work), transformers_vit)) bare_names[own] = peft_key;
+  auto vit = base_vit(work);
+  peft::QLora<Format> qlora({.r = 4, .alpha = 8, .targets = {"query", "value"}}, format);
+  qlora.attach(*vit);
+  peer::perturb_trainable(*vit);
+  peft::save_adapter(*vit, qlora, work / name, transformers_vit);
+  weights::StateDict out;
+  out.insert("logits", logits(vit, work));
+  peer::insert_gradients(out, vit, work);
+  for (const auto& [layer, base] : qlora.bases())
+    out.insert("base." + bare_names.at(layer + ".weight"), Format::dequantize(base->packed(), at::kFloat));
+  qlora.merge(*vit);
+  out.insert("merged_logits", logits(vit, work));
+  peer::save(work, name + ".ftopt.safetensors", out);
+}
 
 /// The LoRA+ step both sides take: SGD at lr 1e-2, B's lr 16 times A's, weight decay 0.1.
 constexpr double loraplus_lr = 1e-2, loraplus_ratio = 16, loraplus_decay = 0.1;
@@ -56,6 +80,12 @@ int main(int argc, char** argv) {
                    {"use_dora", options.dora}, {"init_lora_weights", peft::detail::init_json(options.init)},
                    {"target_modules", texts(options.targets)}, {"modules_to_save", texts(options.modules_to_save)},
                    {"lora_layers", lora.branches().size()}, {"loaded", report.loaded}});
+     }},
+    // qlora CASE FORMAT (int8 or nf4): qlora_case
+    {"qlora", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 2) throw std::runtime_error("qlora needs CASE FORMAT");
+       if (args[1] == "int8") qlora_case(args[0], quant::Int8PerChannel{}, work);
+       else qlora_case(args[0], quant::Nf4{.block_size = 64, .scaler_block_size = 4}, work);  // 32 x 32: 16 blocks
      }},
     // save CASE R ALPHA BIAS RSLORA MODULES_TO_SAVE DORA INIT (0/1, a name or "-", 0/1, true or
     // an init_lora_weights name): a Lora on the base with every trainable tensor set to non-zero

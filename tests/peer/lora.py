@@ -11,6 +11,10 @@ ViTForImageClassification (ftopt's models::ViT loads the base from its save_pret
     PEFT's create_loraplus_optimizer (SGD with weight decay: each tensor moves by its group's lr
     times (gradient + decay x value), so a wrong group shows; Adam's first step, about lr x the
     gradient's sign, would turn gradient rounding near zero into lr-sized differences).
+(c) ftopt's QLora (int8 and NF4 frozen base): PEFT loads its adapter onto the base with ftopt's
+    dequantized weights in the adapted layers and gives ftopt's logits and gradients, and
+    merge_and_unload gives ftopt's merged logits (ftopt computes one GEMM over deq(W) + s B A,
+    PEFT W x + s B(A x): the same tolerances hold).
 Both ways cover plain LoRA, rsLoRA, DoRA (use_dora), and the PiSSA and OLoRA initialisations: an
 ftopt PiSSA adapter loaded by PEFT onto the original base gives ftopt's logits only if both sides
 factored W into the same s B0 A0 (PEFT refactors the base when it loads the adapter).
@@ -199,4 +203,22 @@ for case, settings in ftopt_cases.items():
         peer.close(f"{case}: merge_and_unload's weights are ftopt's merged weights",
                    torch.cat([ftopt_weights[k].flatten() for k in sorted(ftopt_weights)]),
                    torch.cat([merged_weights[k].flatten() for k in sorted(ftopt_weights)]), atol=WEIGHTS_ATOL)
+
+for case, fmt in (("qlora_int8", "int8"), ("qlora_nf4", "nf4")):
+    peer.ftopt("qlora", case, fmt)
+    got = peer.load(case + ".ftopt.safetensors")
+    dequantized = copy.deepcopy(base)
+    bases = {k.removeprefix("base."): v for k, v in got.items() if k.startswith("base.")}
+    missing, unexpected = dequantized.load_state_dict(bases, strict=False)
+    peer.check(f"{case}: ftopt's dequantized bases are the queries and values of the base",
+               len(bases) == 4 and not unexpected, f"({sorted(bases)}, unexpected {unexpected})")
+    model = PeftModel.from_pretrained(copy.deepcopy(dequantized), peer.path(case)).eval()
+    peer.close(f"{case}: PeftModel over the dequantized base gives ftopt's logits", logits(model), got["logits"],
+               atol=LOGITS_ATOL)
+    tuned = PeftModel.from_pretrained(copy.deepcopy(dequantized), peer.path(case), is_trainable=True).eval()
+    F.cross_entropy(tuned(pixel_values=x).logits, labels).backward()
+    same_tensors(f"{case}: the gradients", {k: v for k, v in got.items() if k.startswith("grad.")},
+                 {"grad." + k: p.grad for k, p in trainable(tuned).items()}, atol=GRAD_ATOL)
+    peer.close(f"{case}: merge_and_unload gives ftopt's merged logits", logits(model.merge_and_unload()),
+               got["merged_logits"], atol=MERGED_ATOL)
 peer.done()
