@@ -25,6 +25,7 @@
 /// (torchtune's linear_nf4 does the same), so no float copy of the base outlives its GEMM. With a
 /// LoRA term it computes as nn::low_rank_linears does, one GEMM over W + s B A.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
