@@ -33,8 +33,8 @@ using MainGrid = grid::Grid<grid::Axis<ftopt::precision::Fp32, ftopt::precision:
 /// The policies' settings in the grid: LoRA (over a float, int8 or NF4 base), IA3 and VeRA as
 /// in the best rows; bottleneck
 /// adapters (HF's default places: attention output and MLP output); all train the new head in full.
-inline auto grid_settings() {
-  return grid::Settings(vit_lora(), vit_qlora<ftopt::quant::Int8PerChannel>(), vit_qlora<ftopt::quant::Nf4>(),
+inline auto grid_settings(const ftopt::models::ViTOptions& vit) {
+  return grid::Settings(vit_lora(), vit_qlora<ftopt::quant::Int8PerChannel>(vit), vit_qlora<ftopt::quant::Nf4>(vit),
                         ftopt::peft::Adapter({.modules_to_save = {"classifier"}}), vit_ia3(), vit_vera());
 }
 
@@ -49,11 +49,11 @@ inline grid::RunOptions grid_run_options(double lr) {
 template <class Fresh>
 Row train_named(const grid::Combination& wanted, Fresh& fresh, const ftopt::TrainerOptions& options,
                 const Prepared& train_set, const Prepared& test_set, double lr) {
-  const auto settings = grid_settings();
+  const auto settings = grid_settings(fresh()->options());
   Row row;
   MainGrid::visit<ftopt::models::ViT>(wanted, [&]<class T>(const grid::Combination& c) {
     auto model = fresh();
-    row = train</*Pipelines=*/false>(c.key(), settings.trainer<T>(options), model, train_set, test_set,
+    row = train</*Pipelines=*/false>(c.key(), settings.template trainer<T>(options), model, train_set, test_set,
                                      grid_run_options(lr).lr_for(c));
   });
   return row;
@@ -99,7 +99,7 @@ int run_grid_modes(const Options& args, bool bf16, Fresh& fresh, const ftopt::Tr
     std::cerr << "finetune: the grid, " << MainGrid::valid_size<ftopt::models::ViT>() << " combinations, "
               << args.grid_steps << " steps each, evaluated on the test set\n";
     auto train_batches = batches(train_set);
-    grid::Report report = grid::run<MainGrid>(fresh, train_batches, test_batches, grid_options, grid_settings());
+    grid::Report report = grid::run<MainGrid>(fresh, train_batches, test_batches, grid_options, grid_settings(fresh()->options()));
     report.title = "ViT fine-tune, Fashion-MNIST classes 5-9: " + std::to_string(args.grid_steps) +
                    " steps per combination";
     report.write(args.grid_dir);
@@ -121,7 +121,7 @@ int run_grid_modes(const Options& args, bool bf16, Fresh& fresh, const ftopt::Tr
     std::cerr << "finetune: --auto: " << MainGrid::valid_size<ftopt::models::ViT>() << " combinations, "
               << args.grid_steps << " steps each"
               << (args.budget > 0 ? ", within " + std::to_string(static_cast<int>(args.budget)) + " s" : "") << '\n';
-    auto choice = grid::autotune<MainGrid>(fresh, fit_batches, validation_batches, grid_options, grid_settings());
+    auto choice = grid::autotune<MainGrid>(fresh, fit_batches, validation_batches, grid_options, grid_settings(fresh()->options()));
     chosen = choice.best;
     evidence = std::move(choice.evidence);
     std::cerr << "finetune: --auto chose " << chosen.key() << '\n';

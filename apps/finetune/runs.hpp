@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -153,10 +154,15 @@ inline ftopt::peft::Lora vit_lora() {
                             .modules_to_save = {"classifier"}});
 }
 /// QLoRA's idea: vit_lora's adapters over a frozen base held in `Format` (int8 per channel, or
-/// NF4 in blocks of 64 with double-quantized scalers).
+/// NF4 in blocks of 64 with double-quantized scalers). NF4's scalers go in blocks of torchao's 256,
+/// or of the largest divisor of 256 that divides a d x d weight's block count (64 for d 64), so
+/// every width the options allow quantizes.
 template <class Format>
-ftopt::peft::QLora<Format> vit_qlora() {
-  return ftopt::peft::QLora<Format>(vit_lora().options());
+ftopt::peft::QLora<Format> vit_qlora(const ftopt::models::ViTOptions& vit) {
+  Format format{};
+  if constexpr (std::is_same_v<Format, ftopt::quant::Nf4>)
+    format.scaler_block_size = std::gcd<std::int64_t>(256, std::max<std::int64_t>(1, vit.hidden * vit.hidden / format.block_size));
+  return ftopt::peft::QLora<Format>(vit_lora().options(), format);
 }
 inline ftopt::peft::Ia3 vit_ia3() {
   const ftopt::nn::NamePattern mlp_output = ftopt::nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)");
@@ -208,7 +214,7 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
                            ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, query_value), model, train_set,
                            test_set, 3 * lr, Loading::Pipeline));
     }
-    // PEFT's LoRA variants on the same layers: DoRA, the PiSSA initialisation, and LoRA+ (B's
+    // PEFT's LoRA variants on the same layers: rsLoRA, DoRA, the PiSSA initialisation, and LoRA+ (B's
     // lr 16 times A's, the ratio its paper suggests; its groups take the same weight decay).
     auto variant = [&](const std::string& name, ftopt::peft::LoraOptions settings) {
       auto model = fresh();
@@ -216,11 +222,14 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
                            ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, std::move(settings)), model,
                            train_set, test_set, 3 * lr, Loading::Pipeline));
     };
-    ftopt::peft::LoraOptions dora = lora.options(), pissa = lora.options(), loraplus = lora.options();
+    ftopt::peft::LoraOptions rslora = lora.options(), dora = lora.options(), pissa = lora.options(),
+                             loraplus = lora.options();
+    rslora.rslora = true;
     dora.dora = true;
     pissa.init = ftopt::peft::LoraInit::Pissa;
     loraplus.loraplus_lr_ratio = 16;
     loraplus.loraplus_weight_decay = 0.05;
+    variant("rsLoRA (r 8, all block Linears, head; scaling alpha / sqrt(r))", rslora);
     variant("+ DoRA (r 8, all block Linears, head)", dora);
     variant("PiSSA init (r 8, all block Linears, head)", pissa);
     variant("+ LoRA+ (r 8, all block Linears, head, B's lr x 16)", loraplus);
@@ -240,8 +249,9 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
     // The LoRA row again over a quantized frozen base (QLoRA): int8 per channel, then NF4.
     auto quantized_base = [&]<class Format>(const std::string& format) {
       auto model = fresh();
+      const auto qlora = vit_qlora<Format>(model->options());
       rows.push_back(train(precision + " + peft::QLora<" + format + "> (r 8, all block Linears, head)",
-                           ftopt::Trainer<Precision, ftopt::peft::QLora<Format>>(options, {}, vit_qlora<Format>()),
+                           ftopt::Trainer<Precision, ftopt::peft::QLora<Format>>(options, {}, qlora),
                            model, train_set, test_set, 3 * lr, Loading::Pipeline));
     };
     quantized_base.template operator()<ftopt::quant::Int8PerChannel>("quant::Int8PerChannel");

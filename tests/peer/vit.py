@@ -112,7 +112,9 @@ all_close("exp_avg", {n: exp_avg[n] for n in rest}, atol=1e-7)
 # exp_avg_sq = 0.01 g^2 moves by 0.02 |g| dg: the gradients' 1e-6, carried through.
 g_max = max(grads[n].abs().max().item() for n in rest)
 all_close("exp_avg_sq", {n: exp_avg_sq[n] for n in rest}, atol=1e-8 + 0.02 * g_max * 1e-6)
-all_close("param", {n: params[n] for n in rest}, atol=1e-6, which="the other")
+# AdamW's first step moves each weight by lr g / (|g| + eps), whose slope in g is at most lr / eps:
+# the gradients' 1e-6, carried through (observed 1.1e-6 on an AMX machine, under 1e-6 elsewhere).
+all_close("param", {n: params[n] for n in rest}, atol=LR * 1e-6 / EPS, which="the other")
 all_close("param", {n: params[n] for n in key_bias}, atol=LR * 2e-6 / EPS, which="the key-bias")
 peer.check("AdamW step count", all(int(s["step"]) == 1 for s in state.values()) and int(got["step"]) == 1,
            f"(ftopt {int(got['step'])})")
