@@ -31,15 +31,15 @@ using MainGrid = grid::Grid<grid::Axis<ftopt::precision::Fp32, ftopt::precision:
                             grid::Axis<ftopt::quant::None, ftopt::quant::DynamicInt8>>;
 
 /// The policies' settings in the grid: LoRA (over a float, int8 or NF4 base), IA3 and VeRA as
-/// in the best rows; bottleneck
-/// adapters (HF's default places: attention output and MLP output); all train the new head in full.
+/// in the best rows; bottleneck adapters (HF's default places: attention output and MLP output);
+/// all train the new head in full.
 inline auto grid_settings(const ftopt::models::ViTOptions& vit) {
   return grid::Settings(vit_lora(), vit_qlora<ftopt::quant::Int8PerChannel>(vit), vit_qlora<ftopt::quant::Nf4>(vit),
                         ftopt::peft::Adapter({.modules_to_save = {"classifier"}}), vit_ia3(), vit_vera());
 }
 
-/// The grid's learning rates: LoRA (over any base) and adapters get 3x the full fine-tuning rate, the vector
-/// methods (IA3, VeRA, a few thousand values each) 10x, as in the best rows.
+/// The grid's learning rates: LoRA (over any base) and adapters get 3x the full fine-tuning rate,
+/// the vector methods (IA3, VeRA, a few thousand values each) 10x, as in the best rows.
 inline grid::RunOptions grid_run_options(double lr) {
   return {.lr = lr,
           .lr_scale = {{"lora", 3.0}, {"lora-int8", 3.0}, {"lora-nf4", 3.0}, {"adapter", 3.0}, {"ia3", 10.0}, {"vera", 10.0}}};

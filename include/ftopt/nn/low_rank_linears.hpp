@@ -26,6 +26,8 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -77,6 +79,14 @@ inline at::Tensor merged_weights(at::TensorList weights, at::TensorList as, at::
     w = at::addmm(w, bs[j], as[j], /*beta=*/1, /*alpha=*/scalings[j]);
   }
   return (merged.size() == 1 ? merged[0] : at::cat(merged)).to(dtype);
+}
+
+/// The gradients of one low-rank term's A and B from its layer's output gradient g [tokens, out],
+/// the input x [tokens, in], u = x A^T [tokens, r] and B [out, r], all in the compute dtype:
+/// dA = s (g B)^T x and dB = s g^T u, in `param_dtype`.
+inline std::pair<at::Tensor, at::Tensor> low_rank_grads(const at::Tensor& g, const at::Tensor& x, const at::Tensor& u,
+                                                        const at::Tensor& b, double s, at::ScalarType param_dtype) {
+  return {at::mm(at::mm(g, b).t(), x).to(param_dtype).mul_(s), at::mm(g.t(), u).to(param_dtype).mul_(s)};
 }
 
 class LowRankLinearsFunction : public torch::autograd::Function<LowRankLinearsFunction> {
@@ -138,10 +148,8 @@ public:
       const auto i = static_cast<std::size_t>(term_layer[j]);
       const at::Tensor& b = saved[3 + j];
       const std::int64_t r = b.size(1);
-      const at::Tensor g_layer = g.narrow(1, row[i], widths[i]);
-      const double s = scalings[j];
-      grads[first_a + j] = at::mm(at::mm(g_layer, b).t(), x).to(param_dtype).mul_(s);                   // dA
-      grads[first_a + terms + j] = at::mm(g_layer.t(), u.narrow(1, rank_begin, r)).to(param_dtype).mul_(s);  // dB
+      std::tie(grads[first_a + j], grads[first_a + terms + j]) =
+          low_rank_grads(g.narrow(1, row[i], widths[i]), x, u.narrow(1, rank_begin, r), b, scalings[j], param_dtype);
       rank_begin += r;
     }
     return grads;

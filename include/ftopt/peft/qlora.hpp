@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include <c10/util/accumulate.h>
 #include <torch/nn/module.h>
 
 #include <ftopt/error.hpp>
@@ -176,11 +177,8 @@ public:
   }
   std::int64_t float_base_bytes() const {
     std::int64_t total = 0;
-    for (const auto& [name, base] : bases_) {
-      std::int64_t numel = 1;
-      for (auto d : base->packed().shape) numel *= d;
-      total += numel * static_cast<std::int64_t>(sizeof(float));
-    }
+    for (const auto& [name, base] : bases_)
+      total += c10::multiply_integers(base->packed().shape) * static_cast<std::int64_t>(sizeof(float));
     return total;
   }
   /// The adapted layers' names and quantized bases, in module order (empty after merge).

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -60,7 +61,6 @@ struct PackedWeight {
 };
 
 struct Int8PerChannel {
-  static constexpr const char* name = "int8";
   static constexpr const char* lora_name = "lora-int8";  ///< peft::QLora's name over this format
 
   void validate() const {}
@@ -84,7 +84,6 @@ struct Int8PerChannel {
 };
 
 struct Nf4 {
-  static constexpr const char* name = "nf4";
   static constexpr const char* lora_name = "lora-nf4";  ///< peft::QLora's name over this format
   /// The 16 levels, normalized to [-1, 1]: bitsandbytes' create_normal_map(offset = 0.9677083),
   /// quantiles of the standard normal, 8 positive and 7 negative besides 0 (float32).
@@ -261,8 +260,8 @@ public:
     if (biases == 1 && ctx->needs_input_grad(1)) grads[1] = flat.sum(0).to(saved["bias_dtype"].toScalarType());
     if (a.defined()) {
       const at::Tensor x = tensors[0].reshape({-1, tensors[0].size(-1)});
-      grads[1 + biases] = at::mm(at::mm(flat, b.to(dtype)).t(), x).to(a.scalar_type()).mul_(s);
-      grads[2 + biases] = at::mm(flat.t(), tensors[1]).to(b.scalar_type()).mul_(s);
+      std::tie(grads[1 + biases], grads[2 + biases]) =
+          nn::detail::low_rank_grads(flat, x, tensors[1], b.to(dtype), s, a.scalar_type());
     }
     return grads;
   }
