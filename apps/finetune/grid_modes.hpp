@@ -22,7 +22,8 @@ namespace grid = ftopt::grid;
 /// The ViT's policy grid: what --peft/--memory/--quant name, --auto chooses from and --grid
 /// reports on. Every valid combination is a Trainer compiled into this program.
 using MainGrid = grid::Grid<grid::Axis<ftopt::precision::Fp32, ftopt::precision::Bf16Mixed>,
-                            grid::Axis<ftopt::peft::Full, ftopt::peft::Lora,
+                            grid::Axis<ftopt::peft::Full,
+                                       grid::Variants<ftopt::peft::Lora, "lora", "rslora", "dora", "pissa", "loraplus">,
                                        ftopt::peft::QLora<ftopt::quant::Int8PerChannel>,
                                        ftopt::peft::QLora<ftopt::quant::Nf4>, ftopt::peft::Adapter,
                                        ftopt::peft::Ia3, ftopt::peft::Vera>,
@@ -30,19 +31,26 @@ using MainGrid = grid::Grid<grid::Axis<ftopt::precision::Fp32, ftopt::precision:
                             grid::Axis<ftopt::parallel::Single>,
                             grid::Axis<ftopt::quant::None, ftopt::quant::DynamicInt8>>;
 
-/// The policies' settings in the grid: LoRA (over a float, int8 or NF4 base), IA3 and VeRA as
-/// in the best rows; bottleneck adapters (HF's default places: attention output and MLP output);
-/// all train the new head in full.
+/// The policies' settings in the grid: LoRA and its variants (settings of one peft::Lora type,
+/// one Trainer for all five), LoRA over an int8 or NF4 base, IA3 and VeRA as in the best rows;
+/// bottleneck adapters (HF's default places: attention output and MLP output); all train the
+/// new head in full.
 inline auto grid_settings(const ftopt::models::ViTOptions& vit) {
-  return grid::Settings(vit_lora(), vit_qlora<ftopt::quant::Int8PerChannel>(vit), vit_qlora<ftopt::quant::Nf4>(vit),
+  using Lora = grid::Named<ftopt::peft::Lora>;
+  return grid::Settings(vit_lora(), Lora{"rslora", vit_lora_variant("rslora")}, Lora{"dora", vit_lora_variant("dora")},
+                        Lora{"pissa", vit_lora_variant("pissa")}, Lora{"loraplus", vit_lora_variant("loraplus")},
+                        vit_qlora<ftopt::quant::Int8PerChannel>(vit), vit_qlora<ftopt::quant::Nf4>(vit),
                         ftopt::peft::Adapter({.modules_to_save = {"classifier"}}), vit_ia3(), vit_vera());
 }
 
-/// The grid's learning rates: LoRA (over any base) and adapters get 3x the full fine-tuning rate,
-/// the vector methods (IA3, VeRA, a few thousand values each) 10x, as in the best rows.
+/// The grid's learning rates: LoRA (any variant, over any base) and adapters get 3x the full
+/// fine-tuning rate, the vector methods (IA3, VeRA, a few thousand values each) 10x, as in the
+/// best rows.
 inline grid::RunOptions grid_run_options(double lr) {
-  return {.lr = lr,
-          .lr_scale = {{"lora", 3.0}, {"lora-int8", 3.0}, {"lora-nf4", 3.0}, {"adapter", 3.0}, {"ia3", 10.0}, {"vera", 10.0}}};
+  grid::RunOptions options{.lr = lr, .lr_scale = {{"adapter", 3.0}, {"ia3", 10.0}, {"vera", 10.0}}};
+  for (const char* lora : {"lora", "rslora", "dora", "pissa", "loraplus", "lora-int8", "lora-nf4"})
+    options.lr_scale[lora] = 3.0;
+  return options;
 }
 
 /// Trains the combination `wanted` of the main grid for the run's epochs.
@@ -53,7 +61,7 @@ Row train_named(const grid::Combination& wanted, Fresh& fresh, const ftopt::Trai
   Row row;
   MainGrid::visit<ftopt::models::ViT>(wanted, [&]<class T>(const grid::Combination& c) {
     auto model = fresh();
-    row = train</*Pipelines=*/false>(c.key(), settings.template trainer<T>(options), model, train_set, test_set,
+    row = train</*Pipelines=*/false>(c.key(), settings.template trainer<T>(options, c), model, train_set, test_set,
                                      grid_run_options(lr).lr_for(c));
   });
   return row;

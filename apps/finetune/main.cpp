@@ -1,8 +1,9 @@
 // The main job: pretrain a backbone on Fashion-MNIST classes 0-4 (cached on disk after the first
 // run), then fine-tune it on classes 5-9: the naive baseline (fp32, full fine-tuning), Bf16Mixed
-// where the CPU computes bf16 natively, and the best policies ftopt has today (LoRA on every
-// Linear of the ViT's blocks, once more with memory::Checkpoint, and LoRA on query and value;
-// Freeze for the ResNet, whose convolutions LoRA does not adapt yet, with and without
+// where the CPU computes bf16 natively, full fine-tuning with optim::AdamW8bit, and the PEFT
+// policies (for the ViT: LoRA on every Linear of the blocks, with memory::Checkpoint, on query and
+// value, its variants rsLoRA, DoRA, PiSSA and LoRA+, IA3, VeRA, and LoRA over an int8 and an NF4
+// base; for the ResNet: LoRA on the convolutions, and Freeze with and without
 // memory::Checkpoint), and close with a table. After each row the model (adapters merged) is
 // evaluated for inference in fp32, with bf16 weights and with quant::DynamicInt8.
 //

@@ -144,7 +144,8 @@ inline Options parse(int argc, char** argv) {
   app.add_flag("--augment", o.augment, "with --all-classes: random shifts and flips through the Pipeline");
   app.add_option("--checkpoint", o.checkpoint, "with --all-classes: save after every epoch, resume when it exists");
   app.add_option("--peft", o.peft, "train this combination of the ViT's grid after the baseline")
-      ->check(CLI::IsMember({"full", "lora", "lora-int8", "lora-nf4", "adapter", "ia3", "vera"}));
+      ->check(CLI::IsMember({"full", "lora", "rslora", "dora", "pissa", "loraplus", "lora-int8", "lora-nf4", "adapter",
+                            "ia3", "vera"}));
   app.add_option("--memory", o.memory, "(with --peft/--quant) the grid combination's Memory policy")
       ->check(CLI::IsMember({"none", "checkpoint"}));
   app.add_option("--quant", o.quant, "(with --peft/--memory) the grid combination's Quant policy")

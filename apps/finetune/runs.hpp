@@ -153,6 +153,25 @@ inline ftopt::peft::Lora vit_lora() {
   return ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
                             .modules_to_save = {"classifier"}});
 }
+/// PEFT's LoRA variants of vit_lora, by their names in the main grid: rsLoRA (scaling alpha /
+/// sqrt(r)), DoRA, the PiSSA initialisation, and LoRA+ (B's lr 16 times A's, the ratio its paper
+/// suggests; its groups take the main job's weight decay).
+inline ftopt::peft::Lora vit_lora_variant(const std::string& name) {
+  ftopt::peft::LoraOptions settings = vit_lora().options();
+  if (name == "rslora") settings.rslora = true;
+  else if (name == "dora") settings.dora = true;
+  else if (name == "pissa") settings.init = ftopt::peft::LoraInit::Pissa;
+  else if (name == "loraplus") settings.loraplus_lr_ratio = 16, settings.loraplus_weight_decay = 0.05;
+  else ftopt::fail("finetune: no LoRA variant named '", name, "'");
+  return ftopt::peft::Lora(std::move(settings));
+}
+/// The variants' names and their rows' labels.
+inline const std::vector<std::pair<std::string, std::string>> lora_variants{
+    {"rslora", "rsLoRA (r 8, all block Linears, head; scaling alpha / sqrt(r))"},
+    {"dora", "+ DoRA (r 8, all block Linears, head)"},
+    {"pissa", "PiSSA init (r 8, all block Linears, head)"},
+    {"loraplus", "+ LoRA+ (r 8, all block Linears, head, B's lr x 16)"}};
+
 /// QLoRA's idea: vit_lora's adapters over a frozen base held in `Format` (int8 per channel, or
 /// NF4 in blocks of 64 with double-quantized scalers). NF4's scalers go in blocks of torchao's 256,
 /// or of the largest divisor of 256 that divides a d x d weight's block count (64 for d 64), so
@@ -214,25 +233,13 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
                            ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, query_value), model, train_set,
                            test_set, 3 * lr, Loading::Pipeline));
     }
-    // PEFT's LoRA variants on the same layers: rsLoRA, DoRA, the PiSSA initialisation, and LoRA+ (B's
-    // lr 16 times A's, the ratio its paper suggests; its groups take the same weight decay).
-    auto variant = [&](const std::string& name, ftopt::peft::LoraOptions settings) {
+    // PEFT's LoRA variants on the same layers (vit_lora_variant).
+    for (const auto& [name, label] : lora_variants) {
       auto model = fresh();
-      rows.push_back(train(precision + " + peft::Lora " + name,
-                           ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, std::move(settings)), model,
+      rows.push_back(train(precision + " + peft::Lora " + label,
+                           ftopt::Trainer<Precision, ftopt::peft::Lora>(options, {}, vit_lora_variant(name)), model,
                            train_set, test_set, 3 * lr, Loading::Pipeline));
-    };
-    ftopt::peft::LoraOptions rslora = lora.options(), dora = lora.options(), pissa = lora.options(),
-                             loraplus = lora.options();
-    rslora.rslora = true;
-    dora.dora = true;
-    pissa.init = ftopt::peft::LoraInit::Pissa;
-    loraplus.loraplus_lr_ratio = 16;
-    loraplus.loraplus_weight_decay = 0.05;
-    variant("rsLoRA (r 8, all block Linears, head; scaling alpha / sqrt(r))", rslora);
-    variant("+ DoRA (r 8, all block Linears, head)", dora);
-    variant("PiSSA init (r 8, all block Linears, head)", pissa);
-    variant("+ LoRA+ (r 8, all block Linears, head, B's lr x 16)", loraplus);
+    }
     // PEFT's other vector methods: (IA)^3 and VeRA.
     {
       auto model = fresh();

@@ -122,6 +122,80 @@ TEST_CASE("Grid::visit: the Trainer named at run time, errors naming the axis or
              Contains("grid: fp16/full/none/single/qat is excluded: fake-quant training cannot run under fp16"));
 }
 
+TEST_CASE("grid::Variants: one Trainer type under several names, each a setting by name", "[grid]") {
+  // 2 precisions x (full + 3 LoRA names) = 8 combinations on 4 Trainer types.
+  using G = grid::Grid<grid::Axis<precision::Fp32, precision::Bf16Mixed>,
+                       grid::Axis<peft::Full, grid::Variants<peft::Lora, "lora", "rslora", "loraplus">>,
+                       grid::Axis<memory::None>>;
+  static_assert(G::size() == 8 && G::valid_size() == 8 && G::valid_trainers() == 4);
+  const auto names = G::combinations();
+  REQUIRE(names.size() == 8);
+  CHECK(names[1].key() == "fp32/lora/none/single/none");
+  CHECK(names[2].key() == "fp32/rslora/none/single/none");
+  CHECK(names[7].key() == "bf16/loraplus/none/single/none");
+
+  const peft::LoraOptions plain{.r = 2, .alpha = 4, .targets = {"0"}};
+  peft::LoraOptions rs = plain, plus = plain;
+  rs.rslora = true;
+  plus.loraplus_lr_ratio = 8;
+  const grid::Settings settings(peft::Lora(plain), grid::Named<peft::Lora>{"rslora", peft::Lora(rs)},
+                                grid::Named<peft::Lora>{"loraplus", peft::Lora(plus)});
+  for (const char* name : {"lora", "rslora", "loraplus"}) {
+    bool visited = false;
+    G::visit(grid::Combination{.peft = name}, [&]<class T>(const grid::Combination& c) {
+      REQUIRE(std::is_same_v<typename T::peft_type, peft::Lora>);
+      if constexpr (std::is_same_v<typename T::peft_type, peft::Lora>) {
+        const auto options = settings.template trainer<T>(test::quiet(), c).peft().options();
+        CHECK(options.rslora == (std::string(name) == "rslora"));
+        CHECK(options.loraplus_lr_ratio == (std::string(name) == "loraplus" ? 8 : 0));
+        visited = true;
+      }
+    });
+    CHECK(visited);
+  }
+  CHECK_THAT(test::message_of([&] { G::check(grid::Combination{.peft = "dora"}); }),
+             Contains("grid: peft 'dora' is not in this grid (peft: full, lora, rslora, loraplus)"));
+  const grid::Settings unnamed{peft::Lora(plain)};
+  CHECK_THAT(test::message_of([&] {
+               G::visit(grid::Combination{.peft = "rslora"},
+                        [&]<class T>(const grid::Combination& c) { (void)unnamed.template trainer<T>({}, c); });
+             }),
+             Contains("grid::Settings: no grid::Named<lora> named 'rslora' was given"));
+
+  SECTION("grid::run: each name trains its own setting; LoRA+'s groups reach the optimizer") {
+    auto train = test::random_batches(3, 32, 3);
+    auto held_out = test::random_batches(1, 64, 4);
+    std::vector<std::vector<double>> made;  // each optimizer's group learning rates, in run order
+    grid::RunOptions options{.trainer = test::quiet(), .steps = 3, .lr = 1e-3,
+                             .lr_scale = {{"lora", 3.0}, {"loraplus", 3.0}}};
+    options.optimizer = [&](const grid::Trainable& trainable, double lr) {
+      auto optimizer = grid::adamw(trainable, lr);
+      made.emplace_back();
+      for (const auto& group : optimizer->param_groups()) made.back().push_back(group.options().get_lr());
+      return optimizer;
+    };
+    using Fp32Only = grid::Grid<grid::Axis<precision::Fp32>,
+                                grid::Axis<peft::Full, grid::Variants<peft::Lora, "lora", "rslora", "loraplus">>,
+                                grid::Axis<memory::None>>;
+    const auto report = grid::run<Fp32Only>([] { return test::small_mlp(5); }, train, held_out, options, settings);
+    REQUIRE(report.results.size() == 4);  // the baseline is the grid's fp32/full
+    REQUIRE(made.size() == 4);
+    for (const auto& r : report.results) CHECK(r.ran());
+    CHECK(report.results[2].combination.peft == "rslora");
+    // One group for full (lr), lora (lr x its scale 3) and rslora (no scale given: lr); LoRA+
+    // (lr x 3): A's group at that lr, then B's at 8 times it (the MLP's biases stay frozen).
+    CHECK(made[0] == std::vector<double>{1e-3});
+    REQUIRE(made[1].size() == 1);
+    CHECK(made[1][0] == Approx(3e-3));
+    CHECK(made[2] == std::vector<double>{1e-3});
+    REQUIRE(made[3].size() == 2);
+    CHECK(made[3][0] == Approx(3e-3));
+    CHECK(made[3][1] == Approx(8 * 3e-3));
+    // rsLoRA scales by alpha / sqrt(r) instead of alpha / r: the same parameters, another run.
+    CHECK(report.results[2].trainable == report.results[1].trainable);
+  }
+}
+
 TEST_CASE("Report: flags below the bound, the Pareto front, Markdown, JSON and a well-formed SVG", "[grid]") {
   grid::Report report;
   report.bound = 0.005;

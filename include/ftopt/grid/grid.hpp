@@ -10,8 +10,13 @@
 ///   Grid::excluded<models::Mlp>();   // fp32/prefix/... : "prefix tuning needs a model whose ..."
 ///   Grid::visit<models::ViT>(grid::Combination{"bf16", "lora", "checkpoint"}, f);   // by name, at run time
 ///
-/// The axes not given hold one policy: parallel::Single and quant::None.
+/// The axes not given hold one policy: parallel::Single and quant::None. An axis entry
+/// grid::Variants<P, "a", "b"> is one policy type under several names, each a setting of it that
+/// grid::Settings gives by name (run.hpp): one combination per name, all on the same Trainer
+/// type, so a variant of a policy's settings adds no Trainer to compile.
+///   grid::Axis<peft::Full, grid::Variants<peft::Lora, "lora", "dora">>
 
+#include <algorithm>
 #include <cstddef>
 #include <ostream>
 #include <string>
@@ -64,11 +69,46 @@ struct Combination {
 
 inline std::ostream& operator<<(std::ostream& out, const Combination& c) { return out << c.key(); }
 
+/// A policy name fixed at compile time: a string literal as a template argument.
+template <std::size_t N>
+struct Name {
+  char text[N]{};
+  constexpr Name(const char (&literal)[N]) { std::copy_n(literal, N, text); }
+};
+
+/// Policy type P under the names given, each a setting of P (grid::Named in grid::Settings).
+template <class P, Name... Names>
+struct Variants {
+  static_assert(sizeof...(Names) > 0, "grid::Variants needs at least one name");
+};
+
+namespace detail {
+
+/// An axis entry: a policy type under its own name, or grid::Variants under several.
+template <class E>
+struct entry {
+  using policy = E;
+  static constexpr std::size_t count = 1;
+  static std::vector<std::string> names() { return {name_of<E>()}; }
+};
+template <class P, Name... Names>
+struct entry<Variants<P, Names...>> {
+  using policy = P;
+  static constexpr std::size_t count = sizeof...(Names);
+  static std::vector<std::string> names() { return {std::string(Names.text)...}; }
+};
+
+} // namespace detail
+
 /// The policies of one axis, in the order the grid runs them.
-template <class... Policies>
+template <class... Entries>
 struct Axis {
-  static constexpr auto types = boost::hana::tuple_t<Policies...>;
-  static std::vector<std::string> names() { return {name_of<Policies>()...}; }
+  static constexpr auto entries = boost::hana::tuple_t<Entries...>;
+  static std::vector<std::string> names() {
+    std::vector<std::string> out;
+    for (auto list : {detail::entry<Entries>::names()...}) out.insert(out.end(), list.begin(), list.end());
+    return out;
+  }
 };
 
 /// A combination the rules exclude, and the rule.
@@ -87,10 +127,32 @@ constexpr const char* broken() {
   else return rules::broken_model_rule<Peft, Memory, M>();
 }
 
-template <class... Ps>
-Combination combination_of() {
-  const std::vector<std::string> names{name_of<Ps>()...};
-  return {names[0], names[1], names[2], names[3], names[4]};
+/// The combinations of one tuple of axis entries: the product of their names, the first axis
+/// varying slowest.
+template <class... Es>
+std::vector<Combination> combinations_of() {
+  std::vector<std::vector<std::string>> keys{{}};
+  for (const auto& axis : {entry<Es>::names()...}) {
+    std::vector<std::vector<std::string>> longer;
+    for (const auto& key : keys)
+      for (const auto& name : axis) {
+        longer.push_back(key);
+        longer.back().push_back(name);
+      }
+    keys = std::move(longer);
+  }
+  std::vector<Combination> out;
+  for (const auto& k : keys) out.push_back({k[0], k[1], k[2], k[3], k[4]});
+  return out;
+}
+
+/// How many combinations a hana tuple of entry tuples names.
+constexpr std::size_t count(auto entry_tuples) {
+  return boost::hana::unpack(entry_tuples, [](auto... tuple) {
+    return (std::size_t{0} + ... + boost::hana::unpack(tuple, [](auto... e) {
+              return (std::size_t{1} * ... * entry<typename decltype(e)::type>::count);
+            }));
+  });
 }
 
 } // namespace detail
@@ -98,10 +160,10 @@ Combination combination_of() {
 template <class Precisions, class Pefts, class Memories, class Parallels = Axis<parallel::Single>,
           class Quants = Axis<quant::None>>
 struct Grid {
-  /// Every combination, valid or not: hana tuples of five hana types.
+  /// Every tuple of axis entries, valid or not: hana tuples of five hana types.
   static constexpr auto all() {
     return boost::hana::cartesian_product(boost::hana::make_tuple(
-        Precisions::types, Pefts::types, Memories::types, Parallels::types, Quants::types));
+        Precisions::entries, Pefts::entries, Memories::entries, Parallels::entries, Quants::entries));
   }
 
   /// The combinations the rules allow for model M (void: the model-independent rules only).
@@ -109,14 +171,19 @@ struct Grid {
   static constexpr auto valid() {
     return boost::hana::filter(all(), [](auto c) {
       return boost::hana::unpack(c, [](auto... t) {
-        return boost::hana::bool_c<detail::broken<M, typename decltype(t)::type...>() == nullptr>;
+        return boost::hana::bool_c<detail::broken<M, typename detail::entry<typename decltype(t)::type>::policy...>() ==
+                                   nullptr>;
       });
     });
   }
 
-  static constexpr std::size_t size() { return decltype(boost::hana::length(all()))::value; }
+  /// How many combinations the grid names (a Variants entry counts once per name).
+  static constexpr std::size_t size() { return detail::count(all()); }
   template <class M = void>
-  static constexpr std::size_t valid_size() { return decltype(boost::hana::length(valid<M>()))::value; }
+  static constexpr std::size_t valid_size() { return detail::count(valid<M>()); }
+  /// How many Trainer types the valid combinations instantiate.
+  template <class M = void>
+  static constexpr std::size_t valid_trainers() { return decltype(boost::hana::length(valid<M>()))::value; }
 
   /// Calls `f.template operator()<Trainer<...>>(combination)` for each valid combination, in
   /// grid order (the first axis varies slowest).
@@ -124,8 +191,9 @@ struct Grid {
   static void for_each(F&& f) {
     boost::hana::for_each(valid<M>(), [&](auto c) {
       boost::hana::unpack(c, [&](auto... t) {
-        using T = Trainer<typename decltype(t)::type...>;
-        f.template operator()<T>(detail::combination_of<typename decltype(t)::type...>());
+        using T = Trainer<typename detail::entry<typename decltype(t)::type>::policy...>;
+        for (const auto& combination : detail::combinations_of<typename decltype(t)::type...>())
+          f.template operator()<T>(combination);
       });
     });
   }
@@ -137,8 +205,10 @@ struct Grid {
     std::vector<Excluded> out;
     boost::hana::for_each(all(), [&](auto c) {
       boost::hana::unpack(c, [&](auto... t) {
-        constexpr const char* rule = detail::broken<M, typename decltype(t)::type...>();
-        if constexpr (rule != nullptr) out.push_back({detail::combination_of<typename decltype(t)::type...>(), rule});
+        constexpr const char* rule = detail::broken<M, typename detail::entry<typename decltype(t)::type>::policy...>();
+        if constexpr (rule != nullptr)
+          for (const auto& combination : detail::combinations_of<typename decltype(t)::type...>())
+            out.push_back({combination, rule});
       });
     });
     return out;

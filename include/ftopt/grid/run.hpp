@@ -36,36 +36,76 @@
 
 namespace ftopt::grid {
 
-/// The policy objects a grid constructs its Trainers from, by type: a policy given here is
-/// copied into every combination that uses its type; any other is default-constructed.
+/// A setting of policy P under a name that a grid::Variants entry of the grid lists.
+template <class P>
+struct Named {
+  std::string name;
+  P policy;
+};
+
+/// The policy objects a grid constructs its Trainers from: a policy given here is copied into
+/// every combination that uses its type under its own name; a grid::Named<P> into the
+/// combinations that name it; any other policy is default-constructed.
 template <class... Given>
 class Settings {
 public:
   explicit Settings(Given... given) : given_(std::move(given)...) {}
 
+  /// The P given, else P{}.
   template <class P>
   P get() const {
     if constexpr ((std::is_same_v<P, Given> || ...)) return std::get<P>(given_);
     else return P{};
   }
+  /// The P given as grid::Named under `name`; for P's own name, get<P>(). Any other name is an
+  /// ftopt::Error naming it and the policy type.
+  template <class P>
+  P get(const std::string& name) const {
+    std::optional<P> named;
+    std::apply([&](const auto&... given) { (pick(given, name, named), ...); }, given_);
+    if (named) return *std::move(named);
+    ftopt::detail::check(name == name_of<P>(), "grid::Settings: no grid::Named<", name_of<P>(), "> named '", name,
+                         "' was given");
+    return get<P>();
+  }
 
-  /// A Trainer T whose five policies come from these settings.
+  /// A Trainer T whose five policies come from these settings, by type.
   template <class T>
   T trainer(TrainerOptions options) const {
     return T(std::move(options), get<typename T::precision_type>(), get<typename T::peft_type>(),
              get<typename T::memory_type>(), get<typename T::parallel_type>(), get<typename T::quant_type>());
   }
+  /// The Trainer T of `combination`: each policy by its type and the name the combination gives it.
+  template <class T>
+  T trainer(TrainerOptions options, const Combination& combination) const {
+    return T(std::move(options), get<typename T::precision_type>(combination.precision),
+             get<typename T::peft_type>(combination.peft), get<typename T::memory_type>(combination.memory),
+             get<typename T::parallel_type>(combination.parallel), get<typename T::quant_type>(combination.quant));
+  }
 
 private:
+  template <class P, class G>
+  static void pick(const G& given, const std::string& name, std::optional<P>& named) {
+    if constexpr (std::is_same_v<G, Named<P>>)
+      if (!named && given.name == name) named = given.policy;
+  }
+
   std::tuple<Given...> given_;
 };
 
-using OptimizerFactory =
-    std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<torch::Tensor>&, double lr)>;
+/// What a combination's optimizer is made from: the parameters Trainer::prepare returned, and
+/// the Peft policy's parameter groups for AdamW's options (one group, or LoRA+'s three).
+struct Trainable {
+  std::vector<torch::Tensor> parameters;
+  std::function<std::vector<torch::optim::OptimizerParamGroup>(const torch::optim::AdamWOptions&)> adamw_groups;
+};
 
-/// AdamW with weight decay 0.05, the main job's optimizer.
-inline std::unique_ptr<torch::optim::Optimizer> adamw(const std::vector<torch::Tensor>& params, double lr) {
-  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(lr).weight_decay(0.05));
+using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(const Trainable&, double lr)>;
+
+/// AdamW with weight decay 0.05, the main job's optimizer, over the Peft policy's groups.
+inline std::unique_ptr<torch::optim::Optimizer> adamw(const Trainable& trainable, double lr) {
+  const auto options = torch::optim::AdamWOptions(lr).weight_decay(0.05);
+  return std::make_unique<torch::optim::AdamW>(trainable.adamw_groups(options), options);
 }
 
 struct RunOptions {
@@ -129,9 +169,12 @@ Result run_one(const Combination& combination, MakeModel& make_model, Train& tra
     trainer_options.epochs = (options.steps + per_epoch - 1) / per_epoch;
     if (trainer_options.schedule.needs_total_steps())
       trainer_options.schedule = trainer_options.schedule.spanning(options.steps);
-    T trainer = settings.template trainer<T>(trainer_options);
+    T trainer = settings.template trainer<T>(trainer_options, combination);
     const auto& params = trainer.prepare(model);
-    auto optimizer = options.optimizer(params, options.lr_for(combination));
+    const Trainable trainable{params, [&](const torch::optim::AdamWOptions& defaults) {
+                                return trainer.parameter_groups(model, defaults);
+                              }};
+    auto optimizer = options.optimizer(trainable, options.lr_for(combination));
     detail::StepClock clock{options.steps};
     const FitSummary fit = trainer.fit(model, *optimizer, train, clock);
     std::size_t peak = 0;
