@@ -100,7 +100,7 @@ int run_grid_modes(const Options& args, bool bf16, Fresh& fresh, const ftopt::Tr
   // A short run warms up over its first tenth, then decays to the end of its steps.
   grid_options.trainer.schedule = ftopt::schedule::WarmupCosine{.warmup_steps = std::max<std::int64_t>(1, args.grid_steps / 10)};
   const auto batches = [](const Prepared& p) {
-    return ftopt::data::TensorBatches(p.images, p.labels, {.batch_size = 128, .seed = 1});
+    return ftopt::data::TensorBatches(p.images, p.labels, {.batch_size = 128, .seed = selection.seed});
   };
   ftopt::data::TensorBatches test_batches(test_set.images, test_set.labels, {.batch_size = 500, .shuffle = false});
   if (!args.grid_dir.empty()) {

@@ -97,7 +97,7 @@ int run(const Options& args, M (*make_model)(const Options&, std::int64_t), ftop
   auto fresh = [&] {
     auto model = make(5);
     ftopt::weights::load_state_dict(*model, backbone);
-    torch::manual_seed(1);  // every row gets the same new head
+    torch::manual_seed(selection.seed);  // every row gets the same new head
     reset_head(model);      // a new task: a new head
     return model;
   };
@@ -139,6 +139,7 @@ int run(const Options& args, M (*make_model)(const Options&, std::int64_t), ftop
 int main(int argc, char** argv) try {
   using namespace finetune;
   const Options args = parse(argc, argv);
+  selection = {.only = args.rows, .seed = args.seed};
   // A combination the grid does not have is refused before any data is loaded.
   if (args.named()) MainGrid::check<ftopt::models::ViT>(named_combination(args, args.precision == "bf16"));
   if (args.model == "resnet") return run(args, &make_resnet, {"layer4", "fc"});

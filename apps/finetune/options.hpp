@@ -40,6 +40,8 @@ struct Options {
   std::int64_t grid_steps = 100;  ///< --auto and --grid: training steps per combination
   std::string grid_dir;           ///< --grid: where the report goes
   std::string profile;            ///< --profile: Chrome trace of the first row
+  std::string rows;               ///< set: train only the rows whose setup contains it (and the baseline)
+  std::uint64_t seed = 1;         ///< the fine-tuning rows' seed: new head, adapters, batch order
   std::string data = ftopt::data::default_fashion_mnist_dir().string();
   std::string cache;
 
@@ -159,6 +161,9 @@ inline Options parse(int argc, char** argv) {
       ->check(detail::at_least(2))
       ->capture_default_str();
   app.add_option("--profile", o.profile, "write a Chrome trace of three baseline steps to FILE");
+  app.add_option("--rows", o.rows, "train only the rows whose setup contains TEXT (the baseline always trains)");
+  app.add_option("--seed", o.seed, "the fine-tuning rows' seed: the new head, adapters' initialization, batch order")
+      ->capture_default_str();
   app.add_option("--vit-hidden", o.vit_hidden, "the ViT's width, a multiple of its 4 heads")
       ->check(detail::at_least(4))
       ->check(detail::multiple_of(4))

@@ -61,6 +61,17 @@ inline std::int64_t numel(const std::vector<torch::Tensor>& ts) {
   return n;
 }
 
+/// Which rows train (--rows: the baseline and those whose setup contains the text) and their
+/// seed (--seed): the new head, the adapters' initialization and the batch order.
+struct RowSelection {
+  std::string only;
+  std::uint64_t seed = 1;
+  bool wants(const std::string& setup) const {
+    return only.empty() || setup.starts_with("baseline") || setup.find(only) != std::string::npos;
+  }
+};
+inline RowSelection selection;  ///< set once by main from the options
+
 /// How a row reads its training batches.
 enum class Loading {
   InMemory,  ///< data::TensorBatches on the training thread: the naive baseline
@@ -74,8 +85,9 @@ template <bool Pipelines = true, class Optimizer = torch::optim::AdamW, class Tr
 Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_set, const Prepared& test_set,
           double lr, Loading loading = Loading::InMemory, bool augmented = false, bool int8 = true) {
   namespace fp = ftopt::pipeline;
+  if (!selection.wants(setup)) return {};  // left out by --rows: no setup, no line in the table
   std::cerr << "\n== " << setup << '\n';
-  torch::manual_seed(1);  // every row starts from the same random state (adapter initialization)
+  torch::manual_seed(selection.seed);  // every row starts from the same random state (adapter initialization)
   ftopt::data::TensorBatches test_batches(test_set.images, test_set.labels, {.batch_size = 500, .shuffle = false});
   // One group, or the Peft policy's (LoRA+ gives B a larger lr).
   Optimizer optimizer(trainer.parameter_groups(model, torch::optim::AdamWOptions(lr).weight_decay(0.05)));
@@ -86,7 +98,7 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
   }
   const auto fit = [&] {
     if (!Pipelines || loading == Loading::InMemory) {
-      ftopt::data::TensorBatches batches(train_set.images, train_set.labels, {.batch_size = 128, .seed = 1});
+      ftopt::data::TensorBatches batches(train_set.images, train_set.labels, {.batch_size = 128, .seed = selection.seed});
       return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
     }
     if constexpr (!Pipelines) return ftopt::FitSummary{};
@@ -94,7 +106,7 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
     // Shifts of up to 2 pixels each way, the border black (torchvision's RandomCrop(28, padding=2)), and flips.
     const fp::AugmentOptions shift_flip{.crop = fp::RandomCrop{.size = 28, .padding = 2, .fill = train_set.background},
                                         .horizontal_flip = 0.5, .seed = 2};
-    auto samples = fp::from(train_set.images, train_set.labels) | fp::shuffle(1);
+    auto samples = fp::from(train_set.images, train_set.labels) | fp::shuffle(selection.seed);
     auto prefetched = fp::PrefetchOptions{.workers = 1, .depth = 4};
     if (augmented) {
       auto batches = std::move(samples) | fp::augment(shift_flip) | fp::batch(128) | fp::prefetch(prefetched);
