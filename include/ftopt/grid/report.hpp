@@ -259,9 +259,9 @@ struct Report {
   /// Writes `<stem>.md`, `<stem>.json` and `<stem>.svg` under `dir`, each atomically.
   void write(const std::filesystem::path& dir, const std::string& stem = "grid") const {
     std::filesystem::create_directories(dir);
-    for (const auto& [extension, content] : {std::pair{".md", markdown()}, {".json", json()}, {".svg", svg()}})
-      ftopt::detail::write_atomically(dir / (stem + extension), "grid::Report::write",
-                                      [&](std::ostream& out) { out << content; });
+    for (const auto& file : {std::pair{".md", markdown()}, {".json", json()}, {".svg", svg()}})
+      ftopt::detail::write_atomically(dir / (stem + file.first), "grid::Report::write",
+                                      [&](std::ostream& out) { out << file.second; });
   }
 
 private:
