@@ -47,9 +47,9 @@ inline auto grid_settings(const ftopt::models::ViTOptions& vit) {
 /// fine-tuning rate, the vector methods (IA3, VeRA, a few thousand values each) 10x, as in the
 /// best rows.
 inline grid::RunOptions grid_run_options(double lr) {
-  grid::RunOptions options{.lr = lr, .lr_scale = {{"adapter", 3.0}, {"ia3", 10.0}, {"vera", 10.0}}};
-  for (const char* lora : {"lora", "rslora", "dora", "pissa", "loraplus", "lora-int8", "lora-nf4"})
-    options.lr_scale[lora] = 3.0;
+  grid::RunOptions options{.lr = lr, .lr_scale = {{"lora", 3.0}, {"lora-int8", 3.0}, {"lora-nf4", 3.0},
+                                                  {"adapter", 3.0}, {"ia3", 10.0}, {"vera", 10.0}}};
+  for (const auto& variant : lora_variants) options.lr_scale[variant.first] = 3.0;
   return options;
 }
 

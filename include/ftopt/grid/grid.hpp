@@ -106,7 +106,7 @@ struct Axis {
   static constexpr auto entries = boost::hana::tuple_t<Entries...>;
   static std::vector<std::string> names() {
     std::vector<std::string> out;
-    for (auto list : {detail::entry<Entries>::names()...}) out.insert(out.end(), list.begin(), list.end());
+    for (const auto& list : {detail::entry<Entries>::names()...}) out.insert(out.end(), list.begin(), list.end());
     return out;
   }
 };
