@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
        write_json(work / (args[0] + ".ftopt.json"),
                   {{"r", options.r}, {"lora_alpha", options.alpha}, {"lora_dropout", options.dropout},
                    {"bias", peft::detail::bias_name(options.bias)}, {"use_rslora", options.rslora},
-                   {"use_dora", options.dora}, {"init_lora_weights", peft::detail::init_json(options.init)},
+                   {"use_dora", options.dora},
+                   {"init_lora_weights", peft::detail::init_json<nlohmann::json>(options.init)},
                    {"target_modules", texts(options.targets)}, {"modules_to_save", texts(options.modules_to_save)},
                    {"lora_layers", lora.branches().size()}, {"loaded", report.loaded}});
      }},

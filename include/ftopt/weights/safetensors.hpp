@@ -2,6 +2,10 @@
 /// safetensors (huggingface/safetensors, docs "Format"): an 8-byte little-endian header size N,
 /// N bytes of JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {}},
 /// then the tensors' raw little-endian bytes, offsets relative to the end of the header.
+///
+/// The functions that touch JSON are templates over the JSON type, defaulted and never named by a
+/// caller, so that nlohmann::json is compiled only in a translation unit that reads or writes a
+/// file (docs/build.md, "What a TU costs").
 
 #include <algorithm>
 #include <cstdint>
@@ -31,7 +35,8 @@ inline const std::map<std::string, at::ScalarType>& safetensors_dtypes() {
 } // namespace detail
 
 /// Reads every tensor of a safetensors file (onto the CPU, in the header's order).
-inline StateDict load_safetensors(const std::filesystem::path& path) {
+template <class Json = nlohmann::json>
+StateDict load_safetensors(const std::filesystem::path& path) {
   using ftopt::detail::check;
   const std::string where = "load_safetensors: " + path.string();
   check(std::filesystem::is_regular_file(path), where, ": no such file");
@@ -43,10 +48,10 @@ inline StateDict load_safetensors(const std::filesystem::path& path) {
         ": the header size ", header_size, " does not fit a file of ", file_size, " bytes");
   std::string text(header_size, '\0');
   in.read(text.data(), static_cast<std::streamsize>(header_size));
-  nlohmann::json header;
+  Json header;
   try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
+    header = Json::parse(text);
+  } catch (const typename Json::exception& e) {
     ftopt::detail::fail(where, ": the header is not valid JSON (", e.what(), ")");
   }
   check(header.is_object(), where, ": the header is not a JSON object");
@@ -58,17 +63,18 @@ inline StateDict load_safetensors(const std::filesystem::path& path) {
   // safetensors writers lay tensors out in their order.
   std::vector<std::pair<std::uint64_t, std::string>> order;
   for (auto it = header.begin(); it != header.end(); ++it)
-    if (it.key() != "__metadata__") order.emplace_back(it.value().at("data_offsets").at(0).get<std::uint64_t>(), it.key());
+    if (it.key() != "__metadata__")
+      order.emplace_back(it.value().at("data_offsets").at(0).template get<std::uint64_t>(), it.key());
   std::sort(order.begin(), order.end());
 
   StateDict out;
   for (const auto& [offset, name] : order) {
     const auto& info = header[name];
-    const auto dtype_name = info.at("dtype").get<std::string>();
+    const auto dtype_name = info.at("dtype").template get<std::string>();
     auto dtype = detail::safetensors_dtypes().find(dtype_name);
     check(dtype != detail::safetensors_dtypes().end(), where, ": tensor ", name, " has unsupported dtype ", dtype_name);
-    auto shape = info.at("shape").get<std::vector<std::int64_t>>();
-    auto offsets = info.at("data_offsets").get<std::vector<std::uint64_t>>();
+    auto shape = info.at("shape").template get<std::vector<std::int64_t>>();
+    auto offsets = info.at("data_offsets").template get<std::vector<std::uint64_t>>();
     check(offsets.size() == 2 && offsets[0] <= offsets[1] && offsets[1] <= data_size, where, ": tensor ",
           name, " has data_offsets outside the file's ", data_size, " data bytes");
     at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype->second));
@@ -81,9 +87,10 @@ inline StateDict load_safetensors(const std::filesystem::path& path) {
 }
 
 /// Writes a state dict as safetensors, atomically, with optional string metadata.
-inline void save_safetensors(const std::filesystem::path& path, const StateDict& state,
-                             const std::map<std::string, std::string>& metadata = {}) {
-  nlohmann::ordered_json header;
+template <class Json = nlohmann::ordered_json>
+void save_safetensors(const std::filesystem::path& path, const StateDict& state,
+                      const std::map<std::string, std::string>& metadata = {}) {
+  Json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<at::Tensor> tensors;
   std::uint64_t offset = 0;

@@ -4,6 +4,9 @@
 /// rather than in the model, VeRA's projections, under "base_model.<name>") and
 /// `adapter_config.json` with the config's field names (peft_type first). peft/files/lora.hpp,
 /// ia3.hpp and vera.hpp write and read each method's config; `load_adapter` loads the tensors of any.
+/// The functions that touch JSON are templates over the JSON type, defaulted and never named by a
+/// caller, so that nlohmann::json is compiled only where an adapter is read or written
+/// (docs/build.md, "What a TU costs").
 
 #include <algorithm>
 #include <filesystem>
@@ -33,10 +36,11 @@ namespace detail {
 /// Patterns as PEFT's config holds them: a list of names, or one regex (re.fullmatch). Names mixed
 /// with a regex become one regex, each name as "(.*\.)?name" (PEFT's rule for a name: the module's
 /// whole name or its dotted suffix), joined by "|".
-inline nlohmann::json patterns_json(const nn::NamePatterns& patterns) {
+template <class Json>
+Json patterns_json(const nn::NamePatterns& patterns) {
   const bool any_regex = std::any_of(patterns.begin(), patterns.end(), [](const nn::NamePattern& p) { return p.is_regex; });
   if (!any_regex) {
-    nlohmann::json list = nlohmann::json::array();
+    Json list = Json::array();
     for (const auto& p : patterns) list.push_back(p.text);
     return list;
   }
@@ -53,25 +57,26 @@ inline nlohmann::json patterns_json(const nn::NamePatterns& patterns) {
   }
   return joined;
 }
-inline nn::NamePatterns patterns_from(const nlohmann::json& value) {
-  if (value.is_string()) return {nn::regex(value.get<std::string>())};
+template <class Json>
+nn::NamePatterns patterns_from(const Json& value) {
+  if (value.is_string()) return {nn::regex(value.template get<std::string>())};
   nn::NamePatterns out;
   if (value.is_array())
-    for (const auto& v : value) out.emplace_back(v.get<std::string>());
+    for (const auto& v : value) out.emplace_back(v.template get<std::string>());
   return out;
 }
 /// modules_to_save as PEFT writes it: null when empty.
-inline nlohmann::json modules_to_save_json(const torch::nn::Module& module, const nn::NamePatterns& patterns,
-                                           const AdapterNames& names) {
-  return patterns.empty() ? nlohmann::json(nullptr) : patterns_json(patterns_to_peft(module, patterns, names));
+template <class Json>
+Json modules_to_save_json(const torch::nn::Module& module, const nn::NamePatterns& patterns, const AdapterNames& names) {
+  return patterns.empty() ? Json(nullptr) : patterns_json<Json>(patterns_to_peft(module, patterns, names));
 }
 
 /// Writes the module's trainable tensors under PEFT's names, the tensors of `tuner` under their
 /// own (full) keys, and `config` (the method's fields, then the fields every PEFT config has) into
 /// `dir` (created if needed); `who` names the policy in the error when nothing trains.
-inline void write_adapter(const torch::nn::Module& module, const std::filesystem::path& dir, const AdapterNames& names,
-                          nlohmann::ordered_json config, const std::string& who,
-                          const weights::StateDict& tuner = weights::StateDict()) {
+template <class Json>
+void write_adapter(const torch::nn::Module& module, const std::filesystem::path& dir, const AdapterNames& names,
+                   Json config, const std::string& who, const weights::StateDict& tuner = weights::StateDict()) {
   config["inference_mode"] = true;
   config["task_type"] = nullptr;
   config["base_model_name_or_path"] = nullptr;
@@ -83,20 +88,20 @@ inline void write_adapter(const torch::nn::Module& module, const std::filesystem
   ftopt::detail::check(!adapter.is_empty(), "save_adapter: the module has no trainable tensors (was ", who,
                        " attached?)");
   for (const auto& item : tuner) adapter.insert(item.key(), item.value());
-  weights::save_safetensors(dir / "adapter_model.safetensors", adapter, {{"format", "pt"}});
+  weights::save_safetensors<Json>(dir / "adapter_model.safetensors", adapter, {{"format", "pt"}});
   ftopt::detail::write_atomically(dir / "adapter_config.json", "save_adapter",
                                   [&](std::ostream& out) { out << config.dump(2) << '\n'; });
 }
 
 /// adapter_config.json parsed, its peft_type checked against `peft_type`; `where` starts each error.
-inline nlohmann::json read_config(const std::filesystem::path& path, const std::string& peft_type,
-                                  const std::string& where) {
+template <class Json>
+Json read_config(const std::filesystem::path& path, const std::string& peft_type, const std::string& where) {
   ftopt::detail::check(std::filesystem::is_regular_file(path), where, ": no such file");
-  nlohmann::json config;
+  Json config;
   try {
     std::ifstream in(path);
-    config = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
+    config = Json::parse(in);
+  } catch (const typename Json::exception& e) {
     ftopt::detail::fail(where, ": ", e.what());
   }
   const std::string found = config.is_object() ? config.value("peft_type", "") : "";
@@ -107,8 +112,9 @@ inline nlohmann::json read_config(const std::filesystem::path& path, const std::
 /// Fields of a config that ask for what the policy does not compute: one that is set (not absent,
 /// null, false or empty) is refused with the file, the field and its value, rather than read as
 /// the plain method.
-inline void refuse_set_fields(const nlohmann::json& config, std::initializer_list<const char*> keys,
-                              const std::string& where, const std::string& policy) {
+template <class Json>
+void refuse_set_fields(const Json& config, std::initializer_list<const char*> keys, const std::string& where,
+                       const std::string& policy) {
   for (const char* key : keys) {
     if (!config.contains(key)) continue;
     const auto& value = config[key];
@@ -166,10 +172,11 @@ inline void patterns_for_model(const torch::nn::Module& module, const AdapterNam
 /// beside its saved tensors, "<module>.original_module.*" (the frozen original) and
 /// "<module>.modules_to_save.*" (which bias="all" adds), are skipped: ftopt trains that module
 /// in place.
-inline weights::LoadReport load_adapter(torch::nn::Module& module, const std::filesystem::path& dir,
-                                        const AdapterNames& names = {}) {
+template <class Json = nlohmann::json>
+weights::LoadReport load_adapter(torch::nn::Module& module, const std::filesystem::path& dir,
+                                 const AdapterNames& names = {}) {
   const auto path = dir / "adapter_model.safetensors";
-  weights::StateDict file = weights::load_safetensors(path);
+  weights::StateDict file = weights::load_safetensors<Json>(path);
   std::unordered_map<std::string, std::string> own_key_of;
   for (const auto& [own_key, peft_key] : peft_keys(module, names)) own_key_of.emplace(peft_key, own_key);
   const auto own = weights::state_dict(module);

@@ -22,16 +22,17 @@
 namespace ftopt::peft {
 
 /// Writes the module's trainable tensors and the Ia3 settings into `dir`, under PEFT's names.
-inline void save_adapter(const torch::nn::Module& module, const Ia3& policy, const std::filesystem::path& dir,
-                         const AdapterNames& names = {}) {
+template <class Json = nlohmann::ordered_json>
+void save_adapter(const torch::nn::Module& module, const Ia3& policy, const std::filesystem::path& dir,
+                  const AdapterNames& names = {}) {
   const Ia3Options& ia3 = policy.options();
-  nlohmann::ordered_json config = {
+  Json config = {
       {"peft_type", "IA3"},
-      {"target_modules", detail::patterns_json(patterns_to_peft(module, ia3.targets, names))},
+      {"target_modules", detail::patterns_json<Json>(patterns_to_peft(module, ia3.targets, names))},
       {"feedforward_modules", ia3.feedforward.empty()
-                                  ? nlohmann::json::array()
-                                  : detail::patterns_json(patterns_to_peft(module, ia3.feedforward, names))},
-      {"modules_to_save", detail::modules_to_save_json(module, ia3.modules_to_save, names)},
+                                  ? Json::array()
+                                  : detail::patterns_json<Json>(patterns_to_peft(module, ia3.feedforward, names))},
+      {"modules_to_save", detail::modules_to_save_json<Json>(module, ia3.modules_to_save, names)},
       {"init_ia3_weights", true},
       {"fan_in_fan_out", false}};
   detail::write_adapter(module, dir, names, config, "Ia3");
@@ -39,10 +40,11 @@ inline void save_adapter(const torch::nn::Module& module, const Ia3& policy, con
 
 /// The Ia3 settings of a saved adapter (PEFT's adapter_config.json). A config ftopt's Ia3 does not
 /// compute (fan_in_fan_out, exclude_modules, init_ia3_weights false) is refused naming the field.
-inline Ia3Options ia3_config(const std::filesystem::path& dir) {
+template <class Json = nlohmann::json>
+Ia3Options ia3_config(const std::filesystem::path& dir) {
   const auto path = dir / "adapter_config.json";
   const std::string where = "ia3_config: " + path.string();
-  const nlohmann::json config = detail::read_config(path, "IA3", where);
+  const Json config = detail::read_config<Json>(path, "IA3", where);
   try {
     detail::refuse_set_fields(config, {"fan_in_fan_out", "exclude_modules", "target_parameters"}, where,
                               "ftopt's Ia3");
@@ -54,16 +56,16 @@ inline Ia3Options ia3_config(const std::filesystem::path& dir) {
     if (config.contains("modules_to_save")) ia3.modules_to_save = detail::patterns_from(config["modules_to_save"]);
     detail::validate_from(ia3, where);
     return ia3;
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const typename Json::exception& e) {
     ftopt::detail::fail(where, ": ", e.what());
   }
 }
 
 /// The same, with the patterns turned into ftopt's names of `module`'s modules when `names`
 /// renames them; an entry that matches no module of the model is an error naming the file.
-inline Ia3Options ia3_config(const std::filesystem::path& dir, const torch::nn::Module& module,
-                             const AdapterNames& names) {
-  Ia3Options ia3 = ia3_config(dir);
+template <class Json = nlohmann::json>
+Ia3Options ia3_config(const std::filesystem::path& dir, const torch::nn::Module& module, const AdapterNames& names) {
+  Ia3Options ia3 = ia3_config<Json>(dir);
   detail::patterns_for_model(module, names, "ia3_config: " + (dir / "adapter_config.json").string(),
                              {{&ia3.targets, "target_modules"},
                               {&ia3.feedforward, "feedforward_modules", /*required=*/false},

@@ -41,7 +41,8 @@ inline LoraBias bias_from(const std::string& name, const std::string& where) {
   ftopt::detail::fail(where, ": bias must be none, all or lora_only, got '", name, "'");
 }
 /// init_lora_weights as PEFT writes it: true, or the method's name.
-inline nlohmann::json init_json(LoraInit init) {
+template <class Json>
+Json init_json(LoraInit init) {
   switch (init) {
     case LoraInit::Gaussian: return "gaussian";
     case LoraInit::Pissa: return "pissa";
@@ -50,10 +51,11 @@ inline nlohmann::json init_json(LoraInit init) {
   }
   return true;
 }
-inline LoraInit init_from(const nlohmann::json& value, const std::string& where) {
+template <class Json>
+LoraInit init_from(const Json& value, const std::string& where) {
   if (value == true) return LoraInit::Default;
   for (LoraInit init : {LoraInit::Gaussian, LoraInit::Pissa, LoraInit::Olora})
-    if (value == init_json(init)) return init;
+    if (value == init_json<Json>(init)) return init;
   ftopt::detail::fail(where, ": init_lora_weights = ", value.dump(),
                       " is not supported; ftopt's Lora knows true, \"gaussian\", \"pissa\" and \"olora\"");
 }
@@ -67,44 +69,46 @@ inline constexpr std::initializer_list<const char*> lora_unsupported = {
 
 /// Writes the module's trainable tensors and the Lora settings into `dir` (created if needed),
 /// under PEFT's names (`names` renames the modules, see AdapterNames).
-inline void save_adapter(const torch::nn::Module& module, const Lora& policy, const std::filesystem::path& dir,
-                         const AdapterNames& names = {}) {
+template <class Json = nlohmann::ordered_json>
+void save_adapter(const torch::nn::Module& module, const Lora& policy, const std::filesystem::path& dir,
+                  const AdapterNames& names = {}) {
   const LoraOptions& lora = policy.options();
-  nlohmann::ordered_json config = {
+  Json config = {
       {"peft_type", "LORA"},
       {"r", lora.r},
       {"lora_alpha", lora.alpha},
       {"lora_dropout", lora.dropout},
-      {"target_modules", detail::patterns_json(patterns_to_peft(module, lora.targets, names))},
+      {"target_modules", detail::patterns_json<Json>(patterns_to_peft(module, lora.targets, names))},
       {"bias", detail::bias_name(lora.bias)},
-      {"modules_to_save", detail::modules_to_save_json(module, lora.modules_to_save, names)},
+      {"modules_to_save", detail::modules_to_save_json<Json>(module, lora.modules_to_save, names)},
       {"use_rslora", lora.rslora},
       {"use_dora", lora.dora},
       {"fan_in_fan_out", false},
-      {"init_lora_weights", detail::init_json(lora.init)}};
+      {"init_lora_weights", detail::init_json<Json>(lora.init)}};
   detail::write_adapter(module, dir, names, config, "Lora");
 }
 
 /// The Lora settings of a saved adapter (PEFT's adapter_config.json).
-inline LoraOptions lora_config(const std::filesystem::path& dir) {
+template <class Json = nlohmann::json>
+LoraOptions lora_config(const std::filesystem::path& dir) {
   const auto path = dir / "adapter_config.json";
   const std::string where = "lora_config: " + path.string();
-  const nlohmann::json config = detail::read_config(path, "LORA", where);
+  const Json config = detail::read_config<Json>(path, "LORA", where);
   try {
     detail::refuse_set_fields(config, detail::lora_unsupported, where, "ftopt's Lora");
     LoraOptions lora;
-    lora.r = config.at("r").get<std::int64_t>();
-    lora.alpha = config.at("lora_alpha").get<double>();
+    lora.r = config.at("r").template get<std::int64_t>();
+    lora.alpha = config.at("lora_alpha").template get<double>();
     lora.dropout = config.value("lora_dropout", 0.0);
     lora.targets = detail::patterns_from(config.at("target_modules"));
     lora.bias = detail::bias_from(config.value("bias", std::string("none")), where);
     if (config.contains("modules_to_save")) lora.modules_to_save = detail::patterns_from(config["modules_to_save"]);
     lora.rslora = config.value("use_rslora", false);
     lora.dora = config.value("use_dora", false);
-    lora.init = detail::init_from(config.value("init_lora_weights", nlohmann::json(true)), where);
+    lora.init = detail::init_from(config.value("init_lora_weights", Json(true)), where);
     detail::validate_from(lora, where);
     return lora;
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const typename Json::exception& e) {
     ftopt::detail::fail("lora_config: ", path.string(), ": ", e.what());
   }
 }
@@ -112,9 +116,9 @@ inline LoraOptions lora_config(const std::filesystem::path& dir) {
 /// The same, with target_modules and modules_to_save turned into ftopt's names of `module`'s
 /// modules (the model before Lora is attached) when `names` renames them; an entry that matches
 /// no module of the model is an error naming the file and the entry.
-inline LoraOptions lora_config(const std::filesystem::path& dir, const torch::nn::Module& module,
-                               const AdapterNames& names) {
-  LoraOptions lora = lora_config(dir);
+template <class Json = nlohmann::json>
+LoraOptions lora_config(const std::filesystem::path& dir, const torch::nn::Module& module, const AdapterNames& names) {
+  LoraOptions lora = lora_config<Json>(dir);
   detail::patterns_for_model(module, names, "lora_config: " + (dir / "adapter_config.json").string(),
                              {{&lora.targets, "target_modules"}, {&lora.modules_to_save, "modules_to_save"}});
   return lora;

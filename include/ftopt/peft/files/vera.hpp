@@ -26,21 +26,22 @@ namespace ftopt::peft {
 
 /// Writes the module's trainable tensors, the projections (when save_projection) and the Vera
 /// settings into `dir`, under PEFT's names.
-inline void save_adapter(const torch::nn::Module& module, const Vera& policy, const std::filesystem::path& dir,
-                         const AdapterNames& names = {}) {
+template <class Json = nlohmann::ordered_json>
+void save_adapter(const torch::nn::Module& module, const Vera& policy, const std::filesystem::path& dir,
+                  const AdapterNames& names = {}) {
   const VeraOptions& vera = policy.options();
   ftopt::detail::check(policy.projections().a.defined(), "save_adapter: Vera is not attached to a model yet");
-  nlohmann::ordered_json config = {
+  Json config = {
       {"peft_type", "VERA"},
       {"r", vera.r},
-      {"target_modules", detail::patterns_json(patterns_to_peft(module, vera.targets, names))},
+      {"target_modules", detail::patterns_json<Json>(patterns_to_peft(module, vera.targets, names))},
       {"projection_prng_key", vera.projection_prng_key},
       {"save_projection", vera.save_projection},
       {"vera_dropout", vera.dropout},
       {"d_initial", vera.d_initial},
       {"fan_in_fan_out", false},
       {"bias", "none"},
-      {"modules_to_save", detail::modules_to_save_json(module, vera.modules_to_save, names)},
+      {"modules_to_save", detail::modules_to_save_json<Json>(module, vera.modules_to_save, names)},
       {"init_weights", true}};
   weights::StateDict projections;
   if (vera.save_projection) {
@@ -53,10 +54,11 @@ inline void save_adapter(const torch::nn::Module& module, const Vera& policy, co
 /// The Vera settings of a saved adapter (PEFT's adapter_config.json). A config ftopt's Vera does
 /// not compute (fan_in_fan_out, a bias other than "none", init_weights false, layers_to_transform)
 /// is refused naming the field.
-inline VeraOptions vera_config(const std::filesystem::path& dir) {
+template <class Json = nlohmann::json>
+VeraOptions vera_config(const std::filesystem::path& dir) {
   const auto path = dir / "adapter_config.json";
   const std::string where = "vera_config: " + path.string();
-  const nlohmann::json config = detail::read_config(path, "VERA", where);
+  const Json config = detail::read_config<Json>(path, "VERA", where);
   try {
     detail::refuse_set_fields(config, {"fan_in_fan_out", "layers_to_transform", "layers_pattern", "exclude_modules",
                                        "target_parameters"},
@@ -66,7 +68,7 @@ inline VeraOptions vera_config(const std::filesystem::path& dir) {
     ftopt::detail::check(config.value("init_weights", true), where,
                          ": init_weights = false (random vectors) is not supported by ftopt's Vera");
     VeraOptions vera;
-    vera.r = config.at("r").get<std::int64_t>();
+    vera.r = config.at("r").template get<std::int64_t>();
     vera.targets = detail::patterns_from(config.at("target_modules"));
     vera.projection_prng_key = config.value("projection_prng_key", std::uint64_t{0});
     vera.save_projection = config.value("save_projection", true);
@@ -75,16 +77,16 @@ inline VeraOptions vera_config(const std::filesystem::path& dir) {
     if (config.contains("modules_to_save")) vera.modules_to_save = detail::patterns_from(config["modules_to_save"]);
     detail::validate_from(vera, where);
     return vera;
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const typename Json::exception& e) {
     ftopt::detail::fail(where, ": ", e.what());
   }
 }
 
 /// The same, with the patterns turned into ftopt's names of `module`'s modules when `names`
 /// renames them; an entry that matches no module of the model is an error naming the file.
-inline VeraOptions vera_config(const std::filesystem::path& dir, const torch::nn::Module& module,
-                               const AdapterNames& names) {
-  VeraOptions vera = vera_config(dir);
+template <class Json = nlohmann::json>
+VeraOptions vera_config(const std::filesystem::path& dir, const torch::nn::Module& module, const AdapterNames& names) {
+  VeraOptions vera = vera_config<Json>(dir);
   detail::patterns_for_model(module, names, "vera_config: " + (dir / "adapter_config.json").string(),
                              {{&vera.targets, "target_modules"}, {&vera.modules_to_save, "modules_to_save"}});
   return vera;

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 
 #include <ftopt/quant/dynamic_int8.hpp>
@@ -22,13 +23,9 @@
 
 namespace ftopt::quant {
 
-/// Saves a converted model: each int8 Linear or Conv2d as "<name>.weight" (int8 values),
-/// "<name>.weight_scale" (float64, one per tensor or per row) and its float bias, plus for a
-/// static kernel its activation parameters ("<name>.input_scale", ".input_zero_point",
-/// ".output_scale", ".output_zero_point", ".quant_max"); everything else as in the float state
-/// dict. The format follows the file's extension (.safetensors or
-/// a torch.save zip), written atomically like every ftopt file.
-inline void save_int8(const torch::nn::Module& module, const std::filesystem::path& path) {
+namespace detail {
+/// save_int8's state dict: the module's, with each int8 layer's values, scales and parameters.
+inline weights::StateDict int8_state(const torch::nn::Module& module) {
   weights::StateDict state = weights::state_dict(module);
   auto& mutable_module = const_cast<torch::nn::Module&>(module);
   detail::for_each_quantizable(mutable_module, {}, [&]<class Layer>(const std::string& name, Layer* layer) {
@@ -48,16 +45,13 @@ inline void save_int8(const torch::nn::Module& module, const std::filesystem::pa
     state.insert(name + ".output_zero_point", at::full({1}, fixed->output().zero_point, at::kLong));
     state.insert(name + ".quant_max", at::full({1}, fixed->quant_max(), at::kLong));
   });
-  weights::save_file(path, state, weights::format_for(path));
+  return state;
 }
 
-/// Loads a file save_int8 wrote into a float model of the same architecture: float tensors by
-/// name, and for each Linear or Conv2d with a "<name>.weight_scale" its int8 kernel, rebuilt from the
-/// stored values and scales (no re-quantization). Returns the names of the int8 layers.
-inline std::vector<std::string> load_int8(torch::nn::Module& module, const std::filesystem::path& path,
-                                          Engine engine = Engine::Auto) {
+/// load_int8 once the file is read: `state` is its content, `path` names it in errors.
+inline std::vector<std::string> load_int8_state(torch::nn::Module& module, const weights::StateDict& state,
+                                                const std::filesystem::path& path, Engine engine) {
   const at::QEngine chosen = select_engine(engine);
-  weights::StateDict state = weights::load_file(path);
   weights::StateDict floats;
   std::vector<std::string> int8_layers;
   for (const auto& item : state) {
@@ -129,6 +123,27 @@ inline std::vector<std::string> load_int8(torch::nn::Module& module, const std::
   // Kernels built after the floats are in: the bias they pack is the file's.
   for (auto& f : attach) f();
   return int8_layers;
+}
+} // namespace detail
+
+/// Saves a converted model: each int8 Linear or Conv2d as "<name>.weight" (int8 values),
+/// "<name>.weight_scale" (float64, one per tensor or per row) and its float bias, plus for a
+/// static kernel its activation parameters ("<name>.input_scale", ".input_zero_point",
+/// ".output_scale", ".output_zero_point", ".quant_max"); everything else as in the float state
+/// dict. The format follows the file's extension (.safetensors or
+/// a torch.save zip), written atomically like every ftopt file.
+template <class Json = nlohmann::ordered_json>  // a template so that JSON is compiled where it is used
+void save_int8(const torch::nn::Module& module, const std::filesystem::path& path) {
+  weights::save_file<Json>(path, detail::int8_state(module), weights::format_for(path));
+}
+
+/// Loads a file save_int8 wrote into a float model of the same architecture: float tensors by
+/// name, and for each Linear or Conv2d with a "<name>.weight_scale" its int8 kernel, rebuilt from the
+/// stored values and scales (no re-quantization). Returns the names of the int8 layers.
+template <class Json = nlohmann::json>  // a template so that JSON is compiled where it is used
+std::vector<std::string> load_int8(torch::nn::Module& module, const std::filesystem::path& path,
+                                   Engine engine = Engine::Auto) {
+  return detail::load_int8_state(module, weights::load_file<Json>(path), path, engine);
 }
 
 } // namespace ftopt::quant
