@@ -311,6 +311,32 @@ TEST_CASE("grid::run and autotune on a small model: baseline first, errors repor
   }
 }
 
+TEST_CASE("autotune takes the precisions in turn, so a budget that ends part-way has tried each", "[grid]") {
+  using grid::Combination;
+  // The order written out: the precisions alternate, each one's combinations in grid order.
+  const std::vector<Combination> grid_order = {{.peft = "full"}, {.peft = "lora"}, {.peft = "adapter"},
+                                               {.precision = "bf16", .peft = "full"},
+                                               {.precision = "bf16", .peft = "lora"}};
+  const std::vector<Combination> in_turn = {{.peft = "full"}, {.precision = "bf16", .peft = "full"}, {.peft = "lora"},
+                                            {.precision = "bf16", .peft = "lora"}, {.peft = "adapter"}};
+  CHECK(grid::detail::precisions_in_turn(grid_order) == in_turn);
+
+  using G = grid::Grid<grid::Axis<precision::Fp32, precision::Bf16Mixed>, grid::Axis<peft::Full, peft::Lora>,
+                       grid::Axis<memory::None>, grid::Axis<parallel::Single>, grid::Axis<quant::None>>;
+  auto train = test::random_batches(2, 32, 3);
+  auto held_out = test::random_batches(1, 64, 4);
+  const auto make = [] { return test::small_mlp(5); };
+  const grid::Settings settings(peft::Lora({.r = 2, .alpha = 4, .targets = {"0"}}));
+  const auto choice = grid::autotune<G>(make, train, held_out, {.trainer = test::quiet(), .steps = 2}, settings);
+  std::vector<std::string> ran;
+  for (const auto& r : choice.evidence.results) ran.push_back(r.combination.key());
+  CHECK(ran == std::vector<std::string>{"fp32/full/none/single/none", "bf16/full/none/single/none",
+                                        "fp32/lora/none/single/none", "bf16/lora/none/single/none"});
+  // grid::run keeps the grid order.
+  const auto report = grid::run<G>(make, train, held_out, {.trainer = test::quiet(), .steps = 2}, settings);
+  CHECK(report.results[1].combination.key() == "fp32/lora/none/single/none");
+}
+
 TEST_CASE("Report::fastest_within_bound picks by the numbers, not by position", "[grid]") {
   // A report written by hand: what autotune chooses from. The baseline is 10 ms at 90%.
   grid::Report report;
