@@ -93,6 +93,26 @@ TEST_CASE("DoRA with dropout uses PEFT's form W x + b + (m/n - 1) W x' + (m/n) s
   CHECK(torch::allclose(got, expected, 1e-5, 1e-6));
 }
 
+TEST_CASE("DoRA under autocast returns the base layer's dtype, as PEFT casts its result back", "[peft][lora][dora]") {
+  Adapted adapted(6, 5, {.r = 2, .alpha = 6, .targets = {"0"}, .dora = true}, 23);
+  auto& [net, lora, layer, branch] = adapted;
+  {
+    torch::NoGradGuard no_grad;
+    branch->b()->weight.normal_();
+    branch->magnitude().uniform_(0.5, 2);
+  }
+  auto x = torch::randn({4, 6});
+  const auto expected = net->forward(x);  // float32, checked against the formula above
+  Adapted with_dropout(6, 5, {.r = 2, .alpha = 6, .dropout = 0.5, .targets = {"0"}, .dora = true}, 24);
+  with_dropout.net->train();  // PEFT's other form
+  compat::AutocastScope autocast(torch::kCPU, torch::kBFloat16);
+  REQUIRE(torch::linear(x, layer->weight, layer->bias).scalar_type() == torch::kBFloat16);  // autocast's Linear
+  const auto got = net->forward(x);
+  CHECK(got.scalar_type() == torch::kBFloat16);
+  CHECK(torch::allclose(got.to(torch::kFloat), expected, 2e-2, 2e-2));
+  CHECK(with_dropout.net->forward(x).scalar_type() == torch::kBFloat16);
+}
+
 TEST_CASE("PiSSA puts the top-r SVD of W in B A and leaves the residual in the base", "[peft][lora][pissa]") {
   torch::manual_seed(23);
   nn::Linear reference(12, 9);

@@ -163,16 +163,20 @@ private:
   /// m / n as a column, to scale W's rows.
   at::Tensor dora_factor(const at::Tensor& norm) const { return (magnitude_.detach() / norm).unsqueeze(1); }
 
+  /// The result has the base layer's output dtype (bf16 under autocast, though m / n is float32),
+  /// as PEFT's LoRA Linear casts its result back.
   at::Tensor dora_forward(nn::LinearImpl& layer, const at::Tensor& x) {
     const at::Tensor scale = magnitude_ / row_norm(layer.weight, delta().to(layer.weight.scalar_type()));
     if (options_.dropout > 0 && layer.is_training()) {
       const at::Tensor x_dropped = at::dropout(x, options_.dropout, true);
-      return layer.base_forward(x) + (scale - 1) * at::linear(x_dropped, layer.weight) +
-             scale * (b_(a_(x_dropped)) * options_.scaling);
+      const at::Tensor base = layer.base_forward(x);
+      const at::Tensor out = base + (scale - 1) * at::linear(x_dropped, layer.weight) +
+                             scale * (b_(a_(x_dropped)) * options_.scaling);
+      return out.to(base.scalar_type());
     }
     const at::Tensor own = at::linear(x, layer.weight);
     const at::Tensor out = scale * (own + b_(a_(x)) * options_.scaling);
-    return layer.bias.defined() ? out + layer.bias : out;
+    return (layer.bias.defined() ? out + layer.bias : out).to(own.scalar_type());
   }
 
   LoraBranchOptions options_;
