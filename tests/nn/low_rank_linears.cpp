@@ -1,6 +1,8 @@
 // Tests for include/ftopt/nn/low_rank_linears.hpp: LoRA layers on frozen weights computed as one
 // GEMM over W + s B A give the outputs and gradients of the formula PEFT's LoRA layer computes,
-// y = x W^T + b + s (x A^T) B^T, written here with plain ATen ops and differentiated by autograd;
+// y = x W^T + b + s (x A^T) B^T, and DoRA's, y = (m / n) (x W^T + s (x A^T) B^T) + b with
+// n = ||W + s B A||_row detached (peft/tuners/lora/dora.py), written here with plain ATen ops
+// and differentiated by autograd;
 // alone (peft::LoraBranch's forward) and grouped (nn::shared_input_linears), fp32 and bf16
 // autocast, with and without gradient mode; and the cases it must leave to the layer-by-layer path.
 #include <catch2/catch.hpp>
@@ -29,11 +31,16 @@ struct LowRankProjections : torch::nn::Module {
 
 /// LoRA (r 4, alpha 8: scaling 2) on query and value, B drawn at random (PEFT's zero B would hide
 /// the branch), biases trained too (`bias = "all"`), so every gradient the kernel gives is checked.
-ftopt::peft::Lora with_branches(LowRankProjections& m) {
-  ftopt::peft::Lora lora({.r = 4, .alpha = 8, .targets = {"query", "value"}, .bias = ftopt::peft::LoraBias::All});
+/// With `dora`, DoRA's magnitudes drawn away from the row norms they start at.
+ftopt::peft::Lora with_branches(LowRankProjections& m, bool dora = false) {
+  ftopt::peft::Lora lora(
+      {.r = 4, .alpha = 8, .targets = {"query", "value"}, .bias = ftopt::peft::LoraBias::All, .dora = dora});
   lora.attach(m);
   torch::NoGradGuard no_grad;
-  for (auto& [name, branch] : lora.branches()) branch->b()->weight.normal_();
+  for (auto& [name, branch] : lora.branches()) {
+    branch->b()->weight.normal_();
+    if (dora) branch->magnitude().uniform_(0.5, 2);
+  }
   return lora;
 }
 
@@ -62,8 +69,16 @@ std::vector<torch::Tensor> run_low_rank(LowRankProjections& m, const ftopt::peft
       const std::array<std::size_t, 2> adapted_layers{0, 2};  // query, value
       for (std::size_t j = 0; j < 2; ++j) {
         auto& branch = lora.branches()[j].second;
-        out[adapted_layers[j]] = out[adapted_layers[j]] + 2.0 * at::linear(at::linear(x, branch->a()->weight),
-                                                                            branch->b()->weight);
+        auto* layer = layers[adapted_layers[j]];
+        const auto term = 2.0 * at::linear(at::linear(x, branch->a()->weight), branch->b()->weight);
+        auto& y = out[adapted_layers[j]];
+        if (!branch->magnitude().defined()) {
+          y = y + term;
+        } else {  // DoRA: the bias stays out of the rescaled part; the result in the layer's dtype
+          const auto n = (layer->weight + 2.0 * at::mm(branch->b()->weight, branch->a()->weight)).norm(2, {1}).detach();
+          const auto own = at::linear(x, layer->weight);
+          y = ((branch->magnitude() / n) * (own + term) + layer->bias).to(own.scalar_type());
+        }
       }
     } else if (grouped) {
       out = ftopt::nn::shared_input_linears<3>(m.layers(), x);
@@ -120,6 +135,42 @@ TEST_CASE("low_rank_linears gives PEFT's LoRA formula, values and gradients", "[
     for (std::size_t i = 0; i < 3; ++i) CHECK(torch::allclose(out[i], want[i], 1e-5, 1e-5));
   }
   SECTION("switched off: the layer-by-layer path, the same values") {
+    ftopt::test::Switched off(ftopt::nn::low_rank_linears_enabled(), false);
+    check_near_formula(run_low_rank(m, lora, x, false, false, true, &kernel), want, 1e-5);
+    CHECK_FALSE(kernel);
+  }
+}
+
+TEST_CASE("low_rank_linears gives PEFT's DoRA formula, values and gradients", "[nn][low_rank_linears][dora]") {
+  torch::manual_seed(4);
+  LowRankProjections m;
+  const auto lora = with_branches(m, /*dora=*/true);
+  const auto x = torch::randn({2, 5, 16});
+  const auto want = run_low_rank(m, lora, x, /*formula=*/true, false);
+  REQUIRE(want.size() == 3 + 1 + 3 + 4 + 2);  // ... and the two magnitudes
+
+  bool kernel = false;
+  SECTION("grouped, fp32") {
+    check_near_formula(run_low_rank(m, lora, x, false, false, /*grouped=*/true, &kernel), want, 1e-5);
+    CHECK(kernel);
+  }
+  SECTION("each layer alone (LoraBranch's forward), fp32") {
+    check_near_formula(run_low_rank(m, lora, x, false, false, /*grouped=*/false, &kernel), want, 1e-5);
+    CHECK(kernel);
+  }
+  SECTION("under bf16 autocast, against the formula under autocast") {
+    const auto want_bf16 = run_low_rank(m, lora, x, true, true);
+    CHECK(want_bf16[0].scalar_type() == torch::kBFloat16);
+    check_near_formula(run_low_rank(m, lora, x, false, true, true, &kernel), want_bf16, 2e-2);
+    CHECK(kernel);
+    check_near_formula(run_low_rank(m, lora, x, false, true, false), want_bf16, 2e-2);
+  }
+  SECTION("without gradient mode (inference): the merged, rescaled GEMM alone") {
+    torch::NoGradGuard no_grad;
+    const auto out = ftopt::nn::shared_input_linears<3>(m.layers(), x);
+    for (std::size_t i = 0; i < 3; ++i) CHECK(torch::allclose(out[i], want[i], 1e-5, 1e-5));
+  }
+  SECTION("switched off: DoRA's own forward, the same values") {
     ftopt::test::Switched off(ftopt::nn::low_rank_linears_enabled(), false);
     check_near_formula(run_low_rank(m, lora, x, false, false, true, &kernel), want, 1e-5);
     CHECK_FALSE(kernel);

@@ -21,10 +21,12 @@
 namespace ftopt::nn {
 
 /// A trainable low-rank update of a layer's weight: the layer computes W x + scaling * B(A x),
-/// with a [r, in] and b [out, r].
+/// with a [r, in] and b [out, r]. With a magnitude m [out] (DoRA) it computes
+/// (m / n) (W + scaling * B A) x + bias instead, n the row norms of W + scaling * B A, detached.
 struct LowRankTerm {
   at::Tensor a, b;
   double scaling = 1;
+  at::Tensor magnitude;  ///< DoRA's m; undefined for a plain low-rank term
 };
 
 template <class Layer>
@@ -49,8 +51,8 @@ struct Extension {
     throw std::logic_error("nn::Extension::added called on an extension that is not additive");
   }
   /// While the forward is the layer's own plus scaling * B(A x) of the input as given (an unmerged
-  /// LoRA branch without dropout), that term: the layer may then run as one GEMM over its merged
-  /// weight (nn::low_rank_linears).
+  /// LoRA branch without dropout), or that sum's rows rescaled (DoRA without dropout), that term:
+  /// the layer may then run as one GEMM over its merged weight (nn::low_rank_linears).
   virtual std::optional<LowRankTerm> low_rank(const Layer& /*layer*/) const { return std::nullopt; }
 };
 

@@ -10,6 +10,16 @@
 /// Layer by layer the same LoRA forward is x W^T, A x, B(s A x) and their sum, and its backward
 /// two more skinny GEMMs (through B, then through A back to x) and the sum's gradient: per layer
 /// this saves two rank-r GEMMs over the token dimension and two full-width elementwise passes.
+///
+/// A DoRA term (a magnitude m per output row; PEFT's use_dora without dropout) rescales W''s rows
+/// by c = m / n, n = ||W'||_row taken as a constant (PEFT detaches it), so y = x (c W')^T + b is
+/// still one GEMM. Its gradients come from G = dy^T x, the gradient W' would have:
+///
+///     backward   dx = dy (c W')        dm = rowsum(G * W') / n
+///                dB = s (c G) A^T      dA = s B^T (c G)
+///
+/// one GEMM as wide as the layer instead of PEFT's three products and five full-width
+/// elementwise passes (base, scaled, sum, and their gradients), in the forward and the backward.
 /// W' is formed in the weights' dtype (fp32 master weights) and cast once to the compute dtype
 /// (the input's: bf16 under autocast), as autocast casts W alone; its rounding of the small
 /// update is the rounding autocast applies to W. Measured: docs/benchmarks.md, "LoRA as one GEMM".
@@ -21,6 +31,7 @@
 /// frozen and its extension offers a term (nn::Extension::low_rank) or computes the layer's own
 /// forward; `low_rank_linears_enabled()` switches it off for a whole process.
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -69,14 +80,28 @@ inline at::TensorList present(const at::Tensor& t) {
   return t.defined() ? at::TensorList(t) : at::TensorList();
 }
 
-/// W_i + s_j B_j A_j for each layer i (term j where term_layer[j] == i), stacked and cast to `dtype`.
+/// What the kernel's terms are, beside their tensors: term j belongs to layer term_layer[j], is
+/// scaled by scalings[j], and is DoRA's with magnitude magnitudes[term_magnitude[j]] where that
+/// index is not negative.
+struct TermLayout {
+  std::vector<double> scalings;
+  std::vector<std::int64_t> term_layer, term_magnitude;
+};
+
+/// W_i + s_j B_j A_j for each layer i, a DoRA term's rows then scaled by m / n with n their norms
+/// (pushed onto `norms`, one per magnitude), stacked in the weights' dtype and cast to `dtype`.
 inline at::Tensor merged_weights(at::TensorList weights, at::TensorList as, at::TensorList bs,
-                                 const std::vector<double>& scalings, const std::vector<std::int64_t>& term_layer,
-                                 at::ScalarType dtype) {
+                                 at::TensorList magnitudes, const TermLayout& layout, at::ScalarType dtype,
+                                 std::vector<at::Tensor>* norms = nullptr) {
   std::vector<at::Tensor> merged(weights.begin(), weights.end());
-  for (std::size_t j = 0; j < term_layer.size(); ++j) {
-    auto& w = merged[static_cast<std::size_t>(term_layer[j])];
-    w = at::addmm(w, bs[j], as[j], /*beta=*/1, /*alpha=*/scalings[j]);
+  for (std::size_t j = 0; j < layout.term_layer.size(); ++j) {
+    auto& w = merged[static_cast<std::size_t>(layout.term_layer[j])];
+    w = at::addmm(w, bs[j], as[j], /*beta=*/1, /*alpha=*/layout.scalings[j]);
+    if (const auto k = layout.term_magnitude[j]; k >= 0) {
+      const at::Tensor n = at::linalg_vector_norm(w, 2, {1});
+      w = w * (magnitudes[static_cast<std::size_t>(k)] / n).unsqueeze(1);
+      if (norms) norms->push_back(n);
+    }
   }
   return (merged.size() == 1 ? merged[0] : at::cat(merged)).to(dtype);
 }
@@ -89,31 +114,54 @@ inline std::pair<at::Tensor, at::Tensor> low_rank_grads(const at::Tensor& g, con
   return {at::mm(at::mm(g, b).t(), x).to(param_dtype).mul_(s), at::mm(g.t(), u).to(param_dtype).mul_(s)};
 }
 
+/// The gradients of one DoRA term's A, B and m from its layer's output gradient g [tokens, out] and
+/// the input x [tokens, in] in the compute dtype, and the term's own tensors in theirs: with
+/// W' = W + s B A, c = m / n and G = g^T x, dA = s B^T (c G), dB = s (c G) A^T, dm = rowsum(G W') / n.
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> dora_grads(const at::Tensor& g, const at::Tensor& x,
+                                                                 const at::Tensor& w, const at::Tensor& a,
+                                                                 const at::Tensor& b, double s, const at::Tensor& m,
+                                                                 const at::Tensor& n) {
+  const at::Tensor grad_w = at::mm(g.t(), x).to(a.scalar_type());
+  const at::Tensor dm = (grad_w * at::addmm(w, b, a, /*beta=*/1, /*alpha=*/s)).sum(1).div_(n);
+  const at::Tensor scaled = grad_w.mul_((m / n).unsqueeze(1));
+  return {at::mm(b.t(), scaled).mul_(s), at::mm(scaled, a.t()).mul_(s), dm};
+}
+
 class LowRankLinearsFunction : public torch::autograd::Function<LowRankLinearsFunction> {
 public:
   using Context = torch::autograd::AutogradContext;
 
   /// input [*, in] in the compute dtype; bias the layers' biases stacked, or nothing; weights
-  /// [out_i, in], frozen; term j is (as[j] [r_j, in], bs[j] [out, r_j], scalings[j]) on layer
-  /// term_layer[j]. Returns the layers' outputs side by side, [*, sum out_i].
+  /// [out_i, in], frozen; term j is (as[j] [r_j, in], bs[j] [out, r_j]) laid out as `layout` says,
+  /// magnitudes[k] [out] DoRA's. Returns the layers' outputs side by side, [*, sum out_i].
   static torch::autograd::variable_list forward(Context* ctx, const at::Tensor& input, at::TensorList biases,
                                                 at::TensorList weights, at::TensorList as, at::TensorList bs,
-                                                std::vector<double> scalings, std::vector<std::int64_t> term_layer) {
+                                                at::TensorList magnitudes, std::vector<double> scalings,
+                                                std::vector<std::int64_t> term_layer,
+                                                std::vector<std::int64_t> term_magnitude) {
     auto guard = no_autocast();
     const auto dtype = input.scalar_type();
-    const at::Tensor w = merged_weights(weights, as, bs, scalings, term_layer, dtype);
+    const TermLayout layout{scalings, term_layer, term_magnitude};
+    std::vector<at::Tensor> norms;
+    const at::Tensor w = merged_weights(weights, as, bs, magnitudes, layout, dtype, &norms);
     const at::Tensor bias = biases.empty() ? at::Tensor() : biases[0];
     const at::Tensor y = at::linear(input, w, bias.defined() ? bias.to(dtype) : bias);
     const at::Tensor a = (as.size() == 1 ? as[0] : at::cat(as)).to(dtype);
     const at::Tensor u = at::mm(input.reshape({-1, input.size(-1)}), a.t());  // [tokens, sum r_j]
     torch::autograd::variable_list saved{input, u, w};
     for (const auto& b : bs) saved.push_back(b.to(dtype));
+    // A DoRA term's backward forms W + s B A again from the float tensors, and needs m and n.
+    for (std::size_t j = 0; j < term_layer.size(); ++j) {
+      if (const auto k = static_cast<std::size_t>(term_magnitude[j]); term_magnitude[j] >= 0)
+        saved.insert(saved.end(), {weights[static_cast<std::size_t>(term_layer[j])], as[j], bs[j], magnitudes[k], norms[k]});
+    }
     ctx->save_for_backward(saved);
     std::vector<std::int64_t> widths;
     for (const auto& weight : weights) widths.push_back(weight.size(0));
     ctx->saved_data["widths"] = widths;
     ctx->saved_data["scalings"] = scalings;
     ctx->saved_data["term_layer"] = term_layer;
+    ctx->saved_data["term_magnitude"] = term_magnitude;
     ctx->saved_data["biases"] = static_cast<std::int64_t>(biases.size());
     ctx->saved_data["bias_dtype"] = bias.defined() ? bias.scalar_type() : dtype;
     ctx->saved_data["param_dtype"] = as[0].scalar_type();
@@ -129,27 +177,39 @@ public:
     const auto widths = ctx->saved_data["widths"].toIntVector();
     const auto scalings = ctx->saved_data["scalings"].toDoubleVector();
     const auto term_layer = ctx->saved_data["term_layer"].toIntVector();
+    const auto term_magnitude = ctx->saved_data["term_magnitude"].toIntVector();
     const auto param_dtype = ctx->saved_data["param_dtype"].toScalarType();
     const std::size_t layers = widths.size(), terms = term_layer.size();
+    const auto magnitudes = static_cast<std::size_t>(std::count_if(
+        term_magnitude.begin(), term_magnitude.end(), [](std::int64_t k) { return k >= 0; }));
     const auto biases = static_cast<std::size_t>(ctx->saved_data["biases"].toInt());
 
     const at::Tensor g = grad_outputs[0].to(input.scalar_type()).reshape({-1, w.size(0)});
     const at::Tensor x = input.reshape({-1, input.size(-1)});
     // One gradient per input of forward: input, the bias (if any), weights..., as..., bs...,
-    // scalings, term_layer.
-    torch::autograd::variable_list grads(1 + biases + layers + 2 * terms + 2);
+    // magnitudes..., scalings, term_layer, term_magnitude.
+    torch::autograd::variable_list grads(1 + biases + layers + 2 * terms + magnitudes + 3);
     if (ctx->needs_input_grad(0)) grads[0] = at::mm(g, w).view(input.sizes());
     if (biases == 1 && ctx->needs_input_grad(1)) grads[1] = g.sum(0).to(ctx->saved_data["bias_dtype"].toScalarType());
-    const std::size_t first_a = 1 + biases + layers;
+    const std::size_t first_a = 1 + biases + layers, first_m = first_a + 2 * terms;
     std::vector<std::int64_t> row(layers, 0);  // each layer's first output column
     for (std::size_t i = 1; i < layers; ++i) row[i] = row[i - 1] + widths[i - 1];
     std::int64_t rank_begin = 0;
+    std::size_t dora_saved = 3 + terms;  // where the next DoRA term's tensors are
     for (std::size_t j = 0; j < terms; ++j) {
       const auto i = static_cast<std::size_t>(term_layer[j]);
       const at::Tensor& b = saved[3 + j];
       const std::int64_t r = b.size(1);
-      std::tie(grads[first_a + j], grads[first_a + terms + j]) =
-          low_rank_grads(g.narrow(1, row[i], widths[i]), x, u.narrow(1, rank_begin, r), b, scalings[j], param_dtype);
+      const at::Tensor g_i = g.narrow(1, row[i], widths[i]);
+      if (const auto k = static_cast<std::size_t>(term_magnitude[j]); term_magnitude[j] >= 0) {
+        const auto* dora = &saved[dora_saved];  // W, A, B, m, n
+        dora_saved += 5;
+        std::tie(grads[first_a + j], grads[first_a + terms + j], grads[first_m + k]) =
+            dora_grads(g_i, x, dora[0], dora[1], dora[2], scalings[j], dora[3], dora[4]);
+      } else {
+        std::tie(grads[first_a + j], grads[first_a + terms + j]) =
+            low_rank_grads(g_i, x, u.narrow(1, rank_begin, r), b, scalings[j], param_dtype);
+      }
       rank_begin += r;
     }
     return grads;
@@ -159,11 +219,10 @@ public:
 } // namespace detail
 
 /// What one low-rank GEMM over several layers needs: their weights and biases, and the terms with
-/// the layer each belongs to.
+/// the layer each belongs to and DoRA's magnitudes.
 struct LowRankGroup {
-  std::vector<at::Tensor> weights, biases, as, bs;
-  std::vector<double> scalings;
-  std::vector<std::int64_t> term_layer;
+  std::vector<at::Tensor> weights, biases, as, bs, magnitudes;
+  detail::TermLayout layout;
 };
 
 /// The group `layers` form, where they can run as one low-rank GEMM: the switch on, every weight
@@ -181,13 +240,15 @@ inline std::optional<LowRankGroup> low_rank_group(std::span<LinearImpl* const> l
       if (!term) return std::nullopt;
       group.as.push_back(term->a);
       group.bs.push_back(term->b);
-      group.scalings.push_back(term->scaling);
-      group.term_layer.push_back(static_cast<std::int64_t>(i));
+      group.layout.scalings.push_back(term->scaling);
+      group.layout.term_layer.push_back(static_cast<std::int64_t>(i));
+      group.layout.term_magnitude.push_back(term->magnitude.defined() ? std::ssize(group.magnitudes) : -1);
+      if (term->magnitude.defined()) group.magnitudes.push_back(term->magnitude);
     }
     group.weights.push_back(layer.weight);
     if (layer.bias.defined()) group.biases.push_back(layer.bias);
   }
-  if (group.term_layer.empty()) return std::nullopt;
+  if (group.layout.term_layer.empty()) return std::nullopt;
   return group;
 }
 
@@ -200,21 +261,28 @@ inline at::Tensor low_rank_linears(const LowRankGroup& group, const at::Tensor& 
     auto guard = detail::no_autocast();
     const auto dtype = input.scalar_type();
     return at::linear(input,
-                      detail::merged_weights(group.weights, group.as, group.bs, group.scalings, group.term_layer, dtype),
+                      detail::merged_weights(group.weights, group.as, group.bs, group.magnitudes, group.layout, dtype),
                       bias.defined() ? bias.to(dtype) : bias);
   }
   // As TensorLists, so that autograd counts each tensor as an input of its own.
   return detail::LowRankLinearsFunction::apply(input, detail::present(bias), at::TensorList(group.weights),
-                                               at::TensorList(group.as), at::TensorList(group.bs), group.scalings,
-                                               group.term_layer)[0];
+                                               at::TensorList(group.as), at::TensorList(group.bs),
+                                               at::TensorList(group.magnitudes), group.layout.scalings,
+                                               group.layout.term_layer, group.layout.term_magnitude)[0];
+}
+
+/// One layer as one low-rank GEMM over its merged weight, where low_rank_group allows it (a
+/// frozen layer, a term offered); nullopt otherwise.
+inline std::optional<at::Tensor> low_rank_alone(LinearImpl& layer, const at::Tensor& x) {
+  const std::array<LinearImpl*, 1> alone{&layer};
+  if (auto group = low_rank_group(alone)) return low_rank_linears(*group, autocast_input(x));
+  return std::nullopt;
 }
 
 /// The forward of a layer whose extension adds a term (an unmerged LoRA or VeRA branch): one
-/// low-rank GEMM over the merged weight where low_rank_group allows it (a frozen layer, a term
-/// offered), else the layer's own output plus the extension's term.
+/// low-rank GEMM where low_rank_alone allows it, else the layer's own output plus the term.
 inline at::Tensor low_rank_or_added(LinearImpl& layer, Extension<LinearImpl>& extension, const at::Tensor& x) {
-  const std::array<LinearImpl*, 1> alone{&layer};
-  if (auto group = low_rank_group(alone)) return low_rank_linears(*group, autocast_input(x));
+  if (auto y = low_rank_alone(layer, x)) return *std::move(y);
   return layer.base_forward(x) + extension.added(layer, x);
 }
 

@@ -7,11 +7,11 @@
 ///
 /// It fuses when every layer computes its own forward (nothing attached, or a transparent
 /// extension: a merged LoRA branch) or its own forward plus an additive term (nn::Extension::
-/// additive: an unmerged LoRA branch, whose term is then computed from the same cast input; on
-/// frozen weights and without dropout, nn::low_rank_linears instead: one GEMM over the merged
-/// weights for the forward and the input's gradient); with
-/// any other extension attached (int8, fake-quant, a calibration observer, an adapter) or biases
-/// on some layers only, each layer runs its own forward, unchanged.
+/// additive: an unmerged LoRA branch, whose term is then computed from the same cast input); on
+/// frozen weights whose extensions offer a low-rank term (LoRA, DoRA, VeRA without dropout),
+/// nn::low_rank_linears instead: one GEMM over the merged weights for the forward and the input's
+/// gradient. With any other extension attached (int8, fake-quant, a calibration observer, an
+/// adapter) or biases on some layers only, each layer runs its own forward, unchanged.
 ///
 /// Values: each output column is the same dot product the layer computes alone. Gradients: the
 /// input's is one GEMM over all outputs' gradients, accumulated in float inside it; separate
@@ -43,7 +43,17 @@ inline std::atomic<bool>& shared_input_linears_enabled() {
 template <std::size_t N>
 std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>& layers, const at::Tensor& x) {
   std::array<at::Tensor, N> out;
-  bool fusable = shared_input_linears_enabled().load(std::memory_order_relaxed);
+  const bool enabled = shared_input_linears_enabled().load(std::memory_order_relaxed);
+  std::vector<std::int64_t> widths;
+  for (auto* layer : layers) widths.push_back(layer->options.out_features());
+  // Either way the input is cast once for every layer (and every additive term) where autocast
+  // would cast it per layer.
+  if (auto group = enabled ? low_rank_group(layers) : std::nullopt) {
+    const auto parts = low_rank_linears(*group, autocast_input(x)).split_with_sizes(widths, -1);
+    std::copy(parts.begin(), parts.end(), out.begin());
+    return out;
+  }
+  bool fusable = enabled;
   const bool with_bias = layers[0]->bias.defined();
   for (auto* layer : layers) {
     const auto& ext = layer->extension();
@@ -53,15 +63,7 @@ std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>&
     for (std::size_t i = 0; i < N; ++i) out[i] = layers[i]->forward(x);
     return out;
   }
-  // Cast once for every layer (and every additive term) where autocast would cast per layer.
   const at::Tensor input = autocast_input(x);
-  std::vector<std::int64_t> widths;
-  for (auto* layer : layers) widths.push_back(layer->options.out_features());
-  if (auto group = low_rank_group(layers)) {
-    const auto parts = low_rank_linears(*group, input).split_with_sizes(widths, -1);
-    std::copy(parts.begin(), parts.end(), out.begin());
-    return out;
-  }
   std::vector<at::Tensor> weights, biases;
   for (auto* layer : layers) {
     weights.push_back(layer->weight);

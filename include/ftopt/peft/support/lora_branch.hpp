@@ -6,7 +6,8 @@
 ///   DoRA:  y = m / ||W + s B A||_row (W x + s B A x) + b, the row norm detached from the graph
 ///          (DoRA paper, section 4.3); m, one magnitude per output row, starts at that norm and
 ///          trains. With dropout active, PEFT's form: W x + b + (m/n - 1) W x' + (m/n) s B A x',
-///          x' = dropout(x).
+///          x' = dropout(x). Without dropout on a frozen layer, LoRA and DoRA alike run as one
+///          GEMM over their merged weight (nn::low_rank_linears).
 /// Initialisations (B A is added to W at step 0, so each keeps the model's output):
 ///   Default   A Kaiming-uniform (a = sqrt(5)), B zero (PEFT's init_lora_weights = true)
 ///   Gaussian  A normal with std 1 / r, B zero
@@ -66,12 +67,14 @@ public:
     }
   }
 
-  /// Unmerged LoRA without dropout on a frozen layer: one GEMM over W + s B A
-  /// (nn::low_rank_linears); otherwise the layer's output plus the branch's, or DoRA's form.
+  /// Unmerged LoRA or DoRA without dropout on a frozen layer: one GEMM over W + s B A, DoRA's
+  /// rows rescaled (nn::low_rank_linears); otherwise the layer's output plus the branch's, or
+  /// DoRA's form as PEFT computes it.
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
     if (merged_) return layer.base_forward(x);
-    if (options_.dora) return dora_forward(layer, x);
-    return nn::low_rank_or_added(layer, *this, x);
+    if (!options_.dora) return nn::low_rank_or_added(layer, *this, x);
+    if (auto y = nn::low_rank_alone(layer, x)) return *std::move(y);
+    return dora_forward(layer, x);
   }
 
   /// s B(A(dropout(x))), the term a LoRA branch adds to the layer's output. PEFT scales B's
@@ -84,8 +87,8 @@ public:
   }
 
   std::optional<nn::LowRankTerm> low_rank(const nn::LinearImpl& layer) const override {
-    if (merged_ || options_.dora || (options_.dropout > 0 && layer.is_training())) return std::nullopt;
-    return nn::LowRankTerm{a_->weight, b_->weight, options_.scaling};
+    if (merged_ || (options_.dropout > 0 && layer.is_training())) return std::nullopt;
+    return nn::LowRankTerm{a_->weight, b_->weight, options_.scaling, magnitude_};
   }
 
   /// s B A, the low-rank update of W.
