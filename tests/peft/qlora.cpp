@@ -130,6 +130,39 @@ TEMPLATE_TEST_CASE("QLora merges into a float base or keeps it quantized", "[pef
   }
 }
 
+TEST_CASE("QLora's layers sharing an input cast it once under autocast and keep one copy of it", "[peft][qlora]") {
+  // Three layers on one input, as a ViT's query, key and value (nn::shared_input_linears).
+  torch::manual_seed(9);
+  torch::nn::Sequential net(nn::Linear(32, 64), nn::Linear(32, 64), nn::Linear(32, 64));
+  Int8Lora qlora({.r = 4, .alpha = 8, .targets = {"0", "1", "2"}});
+  qlora.attach(*net);
+  const std::array<nn::LinearImpl*, 3> layers{net[0]->as<nn::LinearImpl>(), net[1]->as<nn::LinearImpl>(),
+                                              net[2]->as<nn::LinearImpl>()};
+  const auto x = torch::randn({16, 32});
+  // What the graph holds after the forward (the saved inputs, the outputs) in bytes, the outputs
+  // and the input's gradient.
+  const auto run = [&](bool shared) {
+    test::Switched switched(nn::shared_input_linears_enabled(), shared);
+    const auto input = x.clone().requires_grad_(true);
+    const auto before = memory::PeakMemory::current();
+    std::array<torch::Tensor, 3> out;
+    {
+      compat::AutocastScope autocast(torch::kCPU, torch::kBFloat16);
+      out = nn::shared_input_linears<3>(layers, input);
+    }
+    const auto held = static_cast<double>(memory::PeakMemory::current() - before);
+    (out[0].sum() + 2 * out[1].sum() + 3 * out[2].sum()).backward();
+    return std::tuple{held, out, input.grad()};
+  };
+  const auto [held_once, out_once, grad_once] = run(true);
+  const auto [held_each, out_each, grad_each] = run(false);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(torch::equal(out_once[i], out_each[i]));
+  CHECK(torch::allclose(grad_once, grad_each, 1e-2, 1e-2));  // bf16 sums in another order
+  // Layer by layer, each keeps its own bf16 copy of the input: two more than once.
+  const double copy = static_cast<double>(x.numel()) * 2;
+  CHECK(held_each - held_once >= 2 * copy);
+}
+
 TEST_CASE("QLora with PiSSA quantizes the residual W - s B A", "[peft][qlora]") {
   Net n(9);
   const auto w0 = n.layer(1).weight.detach().clone();

@@ -54,6 +54,10 @@ struct Extension {
   /// LoRA branch without dropout), or that sum's rows rescaled (DoRA without dropout), that term:
   /// the layer may then run as one GEMM over its merged weight (nn::low_rank_linears).
   virtual std::optional<LowRankTerm> low_rank(const Layer& /*layer*/) const { return std::nullopt; }
+  /// True when the forward computes only with the input autocast would give the layer
+  /// (nn::autocast_input; a quantized frozen base): given that input already cast, it computes
+  /// the same, so layers sharing an input may cast it once for all (nn::shared_input_linears).
+  virtual bool casts_input_first() const { return false; }
 };
 
 /// The attach point a layer holds: empty unless a policy attached something. With nothing

@@ -11,7 +11,9 @@
 /// frozen weights whose extensions offer a low-rank term (LoRA, DoRA, VeRA without dropout),
 /// nn::low_rank_linears instead: one GEMM over the merged weights for the forward and the input's
 /// gradient. With any other extension attached (int8, fake-quant, a calibration observer, an
-/// adapter) or biases on some layers only, each layer runs its own forward, unchanged.
+/// adapter) or biases on some layers only, each layer runs its own forward, unchanged; from one
+/// cast of the input where each would cast it first anyway (a quantized base: QLora), so the
+/// backward keeps one copy of it instead of one per layer.
 ///
 /// Values: each output column is the same dot product the layer computes alone. Gradients: the
 /// input's is one GEMM over all outputs' gradients, accumulated in float inside it; separate
@@ -60,7 +62,11 @@ std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>&
     fusable = fusable && layer->bias.defined() == with_bias && (!ext || ext->transparent() || ext->additive());
   }
   if (!fusable) {
-    for (std::size_t i = 0; i < N; ++i) out[i] = layers[i]->forward(x);
+    const bool cast_once = enabled && std::ranges::all_of(layers, [](const LinearImpl* layer) {
+                             return !layer->extension() || layer->extension()->casts_input_first();
+                           });
+    const at::Tensor input = cast_once ? autocast_input(x) : x;
+    for (std::size_t i = 0; i < N; ++i) out[i] = layers[i]->forward(input);
     return out;
   }
   const at::Tensor input = autocast_input(x);

@@ -68,6 +68,8 @@ public:
 
   /// The packed base's product, plus the branch's term while it is not folded in: one GEMM over
   /// deq(W) + s B A while the branch offers that term (no dropout in training), else the sum.
+  /// All of it from the input as autocast would cast it.
+  bool casts_input_first() const override { return true; }
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
     const at::Tensor input = nn::autocast_input(x);
     if (branch_->merged()) return quant::frozen_linear<Format>(input, packed_, layer.bias);
