@@ -1,7 +1,9 @@
 // Step time and peak memory of the PEFT policies against full fine-tuning, side by side in one
 // run, on the ViT of benchmarks/precision.cpp (6 blocks, d 256, 4 heads, 4x4 patches of 28x28,
 // batch 128, AdamW, 2 threads), in fp32 and under Bf16Mixed; with each one's trainable share.
-// Then LoRA on every block Linear over a float, an int8 and an NF4 frozen base (peft::QLora).
+// Then LoRA on every block Linear over a float, an int8 and an NF4 frozen base (peft::QLora);
+// and DoRA on every block Linear as one GEMM (nn::low_rank_linears) against PEFT's form of it
+// (the same model with that kernel switched off) and against LoRA.
 //
 //   build/benchmarks/bench_peft
 #include <torch/torch.h>
@@ -94,9 +96,33 @@ void BM_QuantizedBaseBf16Mixed(benchmark::State& state) {
   state.counters["nf4_model_MiB"] = model_mib(*nf4.model);
 }
 
+/// LoRA and DoRA, r 8 on every block Linear (the main job's rows), under Bf16Mixed: DoRA as one
+/// GEMM over its rescaled merged weight, and in PEFT's form (the base's output, the branch's, the
+/// rescaling and the sum as separate passes: nn::low_rank_linears switched off for its steps).
+void BM_DoraBf16Mixed(benchmark::State& state) {
+  at::set_num_threads(ftopt::hardware::available_cpus());
+  using Bf16 = ftopt::precision::Bf16Mixed;
+  ftopt::peft::LoraOptions all{.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
+                               .modules_to_save = {"classifier"}};
+  Setup<Bf16, ftopt::peft::Lora> lora(all);
+  all.dora = true;
+  Setup<Bf16, ftopt::peft::Lora> dora(all), dora_peft_form(all);
+  auto& kernel = ftopt::nn::low_rank_linears_enabled();
+  std::vector<ftopt::bench::Contender> contenders = {{"lora", [&] { lora.step(); }},
+                                                     {"dora", [&] { dora.step(); }},
+                                                     {"dora_peft_form", [&] {
+                                                        kernel = false;
+                                                        dora_peft_form.step();
+                                                        kernel = true;
+                                                      }}};
+  ftopt::bench::side_by_side(state, contenders, 1);
+  ftopt::bench::record_peaks(state, contenders);
+}
+
 } // namespace
 
 BENCHMARK(BM_Fp32)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_Bf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_QuantizedBaseBf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_DoraBf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK_MAIN();

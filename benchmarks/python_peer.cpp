@@ -8,7 +8,7 @@
 //
 // Cases, as issues 18 and 19 name them: the d-256 ViT (6 blocks, 4 heads, MLP 1024, 4x4 patches
 // of 28x28 images = 50 tokens, batch 128, AdamW) in fp32, under bf16 autocast, and under bf16 with
-// LoRA r 8 on query and value; the 784-64-10 MLP, batch 32, fp32. ftopt runs twice, on twin
+// LoRA r 8 on query and value, and with DoRA there; the 784-64-10 MLP, batch 32, fp32. ftopt runs twice, on twin
 // models: with torch::optim::AdamW (as Python's default AdamW, one kernel per tensor) and with
 // optim::FusedAdamW (ATen's fused kernel, Python's AdamW(fused=True)). Counters: the median step
 // of each (ms) and eager_x / compile_x, Python's time over ftopt's with AdamW (above 1: ftopt is
@@ -169,8 +169,9 @@ ftopt::models::ViT vit() { return ftopt::models::ViT(ftopt::bench::vit_d256); }
 /// the patch convolution and the classifier, forward; the backward's input gradients as much
 /// again (the convolution's input is the image: none); and weight gradients for what trains:
 /// everything when full, else only the classifier (LoRA's rank-8 products, under 1% of the
-/// total, are left out).
-double vit_gemm_flop(bool full) {
+/// total, are left out) and the `dora` Linears per block (DoRA's gradients come from one
+/// full-width product each).
+double vit_gemm_flop(bool full, int dora = 0) {
   const auto& o = ftopt::bench::vit_d256;
   const double B = 128, T = static_cast<double>(o.patches() + 1), N = B * T, h = static_cast<double>(o.hidden),
                m = static_cast<double>(o.intermediate), L = static_cast<double>(o.layers);
@@ -178,7 +179,7 @@ double vit_gemm_flop(bool full) {
   const double patch = 2 * B * static_cast<double>(o.patches()) * o.patch_size * o.patch_size * o.channels * h;
   const double head = 2 * B * h * static_cast<double>(o.num_labels);
   const double forward = linears + attention + patch + head;
-  return forward + (linears + attention + head) + (full ? linears + patch + head : head);
+  return forward + (linears + attention + head) + (full ? linears + patch + head : head + L * dora * 2 * N * h * h);
 }
 
 /// One ftopt training setup: a model from `make`, its Trainer and an optimizer of type Optimizer.
@@ -207,10 +208,10 @@ void run_case(benchmark::State& state, const std::string& name, Make make, Peft 
 }
 
 template <class Precision, class Peft = ftopt::peft::Full>
-void vit_case(benchmark::State& state, const std::string& name, Peft peft = {}) {
+void vit_case(benchmark::State& state, const std::string& name, Peft peft = {}, int dora_linears = 0) {
   const std::pair batch{torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})};
   const bool bf16 = std::is_same_v<Precision, ftopt::precision::Bf16Mixed>;
-  const double flop = bf16 ? vit_gemm_flop(std::is_same_v<Peft, ftopt::peft::Full>) : 0;
+  const double flop = bf16 ? vit_gemm_flop(std::is_same_v<Peft, ftopt::peft::Full>, dora_linears) : 0;
   run_case<ftopt::Trainer<Precision, Peft>, ftopt::models::ViT>(state, name, vit, std::move(peft), batch, flop);
 }
 
@@ -219,6 +220,11 @@ void vit_bf16_full(benchmark::State& state) { vit_case<ftopt::precision::Bf16Mix
 void vit_bf16_lora(benchmark::State& state) {
   vit_case<ftopt::precision::Bf16Mixed>(
       state, "vit_bf16_lora", ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "value"}}));
+}
+void vit_bf16_dora(benchmark::State& state) {
+  vit_case<ftopt::precision::Bf16Mixed>(
+      state, "vit_bf16_dora", ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "value"}, .dora = true}),
+      /*dora_linears=*/2);
 }
 void mlp_fp32_full(benchmark::State& state) {
   const std::pair batch{torch::randn({32, 784}), torch::randint(0, 10, {32})};
@@ -273,6 +279,7 @@ void vit_inference(benchmark::State& state) {
 BENCHMARK(vit_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_full)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
+BENCHMARK(vit_bf16_dora)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(mlp_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(400)->UseRealTime();
 BENCHMARK(vit_inference)->Unit(benchmark::kMillisecond)->Iterations(10)->UseRealTime();
 
