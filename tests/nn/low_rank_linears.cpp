@@ -105,13 +105,16 @@ void check_near_formula(const std::vector<torch::Tensor>& got, const std::vector
 
 } // namespace
 
-TEST_CASE("low_rank_linears gives PEFT's LoRA formula, values and gradients", "[nn][low_rank_linears]") {
-  torch::manual_seed(1);
+TEST_CASE("low_rank_linears gives PEFT's LoRA and DoRA formulas, values and gradients", "[nn][low_rank_linears][dora]") {
+  const bool dora = GENERATE(false, true);
+  CAPTURE(dora);
+  torch::manual_seed(dora ? 4 : 1);
   LowRankProjections m;
-  const auto lora = with_branches(m);
+  const auto lora = with_branches(m, dora);
   const auto x = torch::randn({2, 5, 16});
   const auto want = run_low_rank(m, lora, x, /*formula=*/true, false);
-  REQUIRE(want.size() == 3 + 1 + 3 + 4);  // outputs, x, three biases, A and B of two branches
+  // outputs, x, three biases, A and B of two branches (and DoRA's two magnitudes)
+  REQUIRE(want.size() == 3 + 1 + 3 + 4 + (dora ? 2u : 0u));
 
   bool kernel = false;
   SECTION("grouped, fp32") {
@@ -134,43 +137,7 @@ TEST_CASE("low_rank_linears gives PEFT's LoRA formula, values and gradients", "[
     const auto out = ftopt::nn::shared_input_linears<3>(m.layers(), x);
     for (std::size_t i = 0; i < 3; ++i) CHECK(torch::allclose(out[i], want[i], 1e-5, 1e-5));
   }
-  SECTION("switched off: the layer-by-layer path, the same values") {
-    ftopt::test::Switched off(ftopt::nn::low_rank_linears_enabled(), false);
-    check_near_formula(run_low_rank(m, lora, x, false, false, true, &kernel), want, 1e-5);
-    CHECK_FALSE(kernel);
-  }
-}
-
-TEST_CASE("low_rank_linears gives PEFT's DoRA formula, values and gradients", "[nn][low_rank_linears][dora]") {
-  torch::manual_seed(4);
-  LowRankProjections m;
-  const auto lora = with_branches(m, /*dora=*/true);
-  const auto x = torch::randn({2, 5, 16});
-  const auto want = run_low_rank(m, lora, x, /*formula=*/true, false);
-  REQUIRE(want.size() == 3 + 1 + 3 + 4 + 2);  // ... and the two magnitudes
-
-  bool kernel = false;
-  SECTION("grouped, fp32") {
-    check_near_formula(run_low_rank(m, lora, x, false, false, /*grouped=*/true, &kernel), want, 1e-5);
-    CHECK(kernel);
-  }
-  SECTION("each layer alone (LoraBranch's forward), fp32") {
-    check_near_formula(run_low_rank(m, lora, x, false, false, /*grouped=*/false, &kernel), want, 1e-5);
-    CHECK(kernel);
-  }
-  SECTION("under bf16 autocast, against the formula under autocast") {
-    const auto want_bf16 = run_low_rank(m, lora, x, true, true);
-    CHECK(want_bf16[0].scalar_type() == torch::kBFloat16);
-    check_near_formula(run_low_rank(m, lora, x, false, true, true, &kernel), want_bf16, 2e-2);
-    CHECK(kernel);
-    check_near_formula(run_low_rank(m, lora, x, false, true, false), want_bf16, 2e-2);
-  }
-  SECTION("without gradient mode (inference): the merged, rescaled GEMM alone") {
-    torch::NoGradGuard no_grad;
-    const auto out = ftopt::nn::shared_input_linears<3>(m.layers(), x);
-    for (std::size_t i = 0; i < 3; ++i) CHECK(torch::allclose(out[i], want[i], 1e-5, 1e-5));
-  }
-  SECTION("switched off: DoRA's own forward, the same values") {
+  SECTION("switched off: the layer-by-layer path (DoRA's own forward), the same values") {
     ftopt::test::Switched off(ftopt::nn::low_rank_linears_enabled(), false);
     check_near_formula(run_low_rank(m, lora, x, false, false, true, &kernel), want, 1e-5);
     CHECK_FALSE(kernel);
