@@ -146,8 +146,13 @@ public:
     const at::Tensor w = merged_weights(weights, as, bs, magnitudes, layout, dtype, &norms);
     const at::Tensor bias = biases.empty() ? at::Tensor() : biases[0];
     const at::Tensor y = at::linear(input, w, bias.defined() ? bias.to(dtype) : bias);
-    const at::Tensor a = (as.size() == 1 ? as[0] : at::cat(as)).to(dtype);
-    const at::Tensor u = at::mm(input.reshape({-1, input.size(-1)}), a.t());  // [tokens, sum r_j]
+    // u = x A^T for the plain terms only: a DoRA term's gradients come from dy^T x instead.
+    std::vector<at::Tensor> plain_as;
+    for (std::size_t j = 0; j < term_layer.size(); ++j)
+      if (term_magnitude[j] < 0) plain_as.push_back(as[j]);
+    const at::Tensor u = plain_as.empty() ? at::Tensor()
+                                          : at::mm(input.reshape({-1, input.size(-1)}),
+                                                   at::cat(plain_as).to(dtype).t());  // [tokens, sum r_j]
     torch::autograd::variable_list saved{input, u, w};
     for (const auto& b : bs) saved.push_back(b.to(dtype));
     // A DoRA term's backward forms W + s B A again from the float tensors, and needs m and n.
@@ -209,8 +214,8 @@ public:
       } else {
         std::tie(grads[first_a + j], grads[first_a + terms + j]) =
             low_rank_grads(g_i, x, u.narrow(1, rank_begin, r), b, scalings[j], param_dtype);
+        rank_begin += r;
       }
-      rank_begin += r;
     }
     return grads;
   }
