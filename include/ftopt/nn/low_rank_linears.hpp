@@ -146,20 +146,24 @@ public:
     const at::Tensor w = merged_weights(weights, as, bs, magnitudes, layout, dtype, &norms);
     const at::Tensor bias = biases.empty() ? at::Tensor() : biases[0];
     const at::Tensor y = at::linear(input, w, bias.defined() ? bias.to(dtype) : bias);
-    // u = x A^T for the plain terms only: a DoRA term's gradients come from dy^T x instead.
-    std::vector<at::Tensor> plain_as;
-    for (std::size_t j = 0; j < term_layer.size(); ++j)
-      if (term_magnitude[j] < 0) plain_as.push_back(as[j]);
+    // A plain term's backward needs u = x A^T and B in the compute dtype; a DoRA term's forms
+    // W + s B A again from the float tensors (B as given) and needs m and n.
+    std::vector<at::Tensor> plain_as, saved_bs, dora;
+    for (std::size_t j = 0; j < term_layer.size(); ++j) {
+      if (const auto k = static_cast<std::size_t>(term_magnitude[j]); term_magnitude[j] >= 0) {
+        saved_bs.push_back(bs[j]);
+        dora.insert(dora.end(), {weights[static_cast<std::size_t>(term_layer[j])], as[j], magnitudes[k], norms[k]});
+      } else {
+        plain_as.push_back(as[j]);
+        saved_bs.push_back(bs[j].to(dtype));
+      }
+    }
     const at::Tensor u = plain_as.empty() ? at::Tensor()
                                           : at::mm(input.reshape({-1, input.size(-1)}),
                                                    at::cat(plain_as).to(dtype).t());  // [tokens, sum r_j]
     torch::autograd::variable_list saved{input, u, w};
-    for (const auto& b : bs) saved.push_back(b.to(dtype));
-    // A DoRA term's backward forms W + s B A again from the float tensors, and needs m and n.
-    for (std::size_t j = 0; j < term_layer.size(); ++j) {
-      if (const auto k = static_cast<std::size_t>(term_magnitude[j]); term_magnitude[j] >= 0)
-        saved.insert(saved.end(), {weights[static_cast<std::size_t>(term_layer[j])], as[j], bs[j], magnitudes[k], norms[k]});
-    }
+    saved.insert(saved.end(), saved_bs.begin(), saved_bs.end());
+    saved.insert(saved.end(), dora.begin(), dora.end());
     ctx->save_for_backward(saved);
     std::vector<std::int64_t> widths;
     for (const auto& weight : weights) widths.push_back(weight.size(0));
@@ -203,14 +207,14 @@ public:
     std::size_t dora_saved = 3 + terms;  // where the next DoRA term's tensors are
     for (std::size_t j = 0; j < terms; ++j) {
       const auto i = static_cast<std::size_t>(term_layer[j]);
-      const at::Tensor& b = saved[3 + j];
+      const at::Tensor& b = saved[3 + j];  // in the compute dtype; a DoRA term's as given
       const std::int64_t r = b.size(1);
       const at::Tensor g_i = g.narrow(1, row[i], widths[i]);
       if (const auto k = static_cast<std::size_t>(term_magnitude[j]); term_magnitude[j] >= 0) {
-        const auto* dora = &saved[dora_saved];  // W, A, B, m, n
-        dora_saved += 5;
+        const auto* dora = &saved[dora_saved];  // W, A, m, n
+        dora_saved += 4;
         std::tie(grads[first_a + j], grads[first_a + terms + j], grads[first_m + k]) =
-            dora_grads(g_i, x, dora[0], dora[1], dora[2], scalings[j], dora[3], dora[4]);
+            dora_grads(g_i, x, dora[0], dora[1], b, scalings[j], dora[2], dora[3]);
       } else {
         std::tie(grads[first_a + j], grads[first_a + terms + j]) =
             low_rank_grads(g_i, x, u.narrow(1, rank_begin, r), b, scalings[j], param_dtype);
