@@ -3,7 +3,8 @@
 // batch 128, AdamW, 2 threads), in fp32 and under Bf16Mixed; with each one's trainable share.
 // Then LoRA on every block Linear over a float, an int8 and an NF4 frozen base (peft::QLora);
 // and DoRA on every block Linear as one GEMM (nn::low_rank_linears) against PEFT's form of it
-// (the same model with that kernel switched off) and against LoRA.
+// (the same model with that kernel switched off) and against LoRA; and the wide ranks (VeRA r 256
+// and LoRA r 64 on every block Linear) the same way.
 //
 //   build/benchmarks/bench_peft
 #include <torch/torch.h>
@@ -119,10 +120,41 @@ void BM_DoraBf16Mixed(benchmark::State& state) {
   ftopt::bench::record_peaks(state, contenders);
 }
 
+/// Ranks wide for their layers (d 256, MLP 512): VeRA r 256 (the main job's row) and LoRA r 64
+/// (PEFT's MetaMathQA comparison) on every block Linear under Bf16Mixed, through
+/// nn::low_rank_linears and in PEFT's form (the kernel switched off), beside LoRA r 8.
+void BM_WideRankBf16Mixed(benchmark::State& state) {
+  at::set_num_threads(ftopt::hardware::available_cpus());
+  using Bf16 = ftopt::precision::Bf16Mixed;
+  const ftopt::nn::NamePatterns every = {"query", "key", "value", "dense"};
+  Setup<Bf16, ftopt::peft::Lora> lora(ftopt::peft::LoraOptions{.r = 8, .alpha = 16, .targets = every,
+                                                               .modules_to_save = {"classifier"}});
+  const ftopt::peft::LoraOptions wide{.r = 64, .alpha = 128, .targets = every, .modules_to_save = {"classifier"}};
+  Setup<Bf16, ftopt::peft::Lora> lora64(wide), lora64_peft_form(wide);
+  const ftopt::peft::VeraOptions vera_options{.r = 256, .targets = every, .modules_to_save = {"classifier"}};
+  Setup<Bf16, ftopt::peft::Vera> vera(vera_options), vera_peft_form(vera_options);
+  auto& kernel = ftopt::nn::low_rank_linears_enabled();
+  const auto without_kernel = [&](auto& setup) {
+    return [&] {
+      kernel = false;
+      setup.step();
+      kernel = true;
+    };
+  };
+  std::vector<ftopt::bench::Contender> contenders = {{"lora_r8", [&] { lora.step(); }},
+                                                     {"lora_r64", [&] { lora64.step(); }},
+                                                     {"lora_r64_peft_form", without_kernel(lora64_peft_form)},
+                                                     {"vera_r256", [&] { vera.step(); }},
+                                                     {"vera_r256_peft_form", without_kernel(vera_peft_form)}};
+  ftopt::bench::side_by_side(state, contenders, 1);
+  ftopt::bench::record_peaks(state, contenders);
+}
+
 } // namespace
 
 BENCHMARK(BM_Fp32)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_Bf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_QuantizedBaseBf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_DoraBf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_WideRankBf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK_MAIN();

@@ -29,12 +29,12 @@ struct LowRankProjections : torch::nn::Module {
   ftopt::nn::Linear query, key, value;
 };
 
-/// LoRA (r 4, alpha 8: scaling 2) on query and value, B drawn at random (PEFT's zero B would hide
-/// the branch), biases trained too (`bias = "all"`), so every gradient the kernel gives is checked.
-/// With `dora`, DoRA's magnitudes drawn away from the row norms they start at.
-ftopt::peft::Lora with_branches(LowRankProjections& m, bool dora = false) {
-  ftopt::peft::Lora lora(
-      {.r = 4, .alpha = 8, .targets = {"query", "value"}, .bias = ftopt::peft::LoraBias::All, .dora = dora});
+/// LoRA (r 4, alpha 2 r: scaling 2) on query and value, B drawn at random (PEFT's zero B would
+/// hide the branch), biases trained too (`bias = "all"`), so every gradient the kernel gives is
+/// checked. With `dora`, DoRA's magnitudes drawn away from the row norms they start at.
+ftopt::peft::Lora with_branches(LowRankProjections& m, bool dora = false, std::int64_t r = 4) {
+  ftopt::peft::Lora lora({.r = r, .alpha = 2.0 * static_cast<double>(r), .targets = {"query", "value"},
+                          .bias = ftopt::peft::LoraBias::All, .dora = dora});
   lora.attach(m);
   torch::NoGradGuard no_grad;
   for (auto& [name, branch] : lora.branches()) {
@@ -107,10 +107,15 @@ void check_near_formula(const std::vector<torch::Tensor>& got, const std::vector
 
 TEST_CASE("low_rank_linears gives PEFT's LoRA and DoRA formulas, values and gradients", "[nn][low_rank_linears][dora]") {
   const bool dora = GENERATE(false, true);
-  CAPTURE(dora);
+  // r 1: A's and B's gradients through u = x A^T; r 4, wide for 16-in layers of 12 and 8 outputs
+  // (16 x 12 < 2 x 4 x 28 multiply-adds per token): through G = g^T x, as DoRA's always are.
+  const std::int64_t r = GENERATE(1, 4);
+  CAPTURE(dora, r);
+  CHECK(ftopt::nn::detail::grads_from_full_product(r, 16, 12) == (r == 4));
+  CHECK(ftopt::nn::detail::grads_from_full_product(r, 16, 8) == (r == 4));
   torch::manual_seed(dora ? 4 : 1);
   LowRankProjections m;
-  const auto lora = with_branches(m, dora);
+  const auto lora = with_branches(m, dora, r);
   const auto x = torch::randn({2, 5, 16});
   const auto want = run_low_rank(m, lora, x, /*formula=*/true, false);
   // outputs, x, three biases, A and B of two branches (and DoRA's two magnitudes)

@@ -20,6 +20,8 @@
 ///
 /// one GEMM as wide as the layer instead of PEFT's three products and five full-width
 /// elementwise passes (base, scaled, sum, and their gradients), in the forward and the backward.
+/// A plain term whose rank is wide for its layer (in out < 2 r (in + out) multiply-adds per token,
+/// e.g. VeRA's r 256 on 128-wide layers) takes its gradients from G too (c = 1), and u is not kept.
 /// W' is formed in the weights' dtype (fp32 master weights) and cast once to the compute dtype
 /// (the input's: bf16 under autocast), as autocast casts W alone; its rounding of the small
 /// update is the rounding autocast applies to W. Measured: docs/benchmarks.md, "LoRA as one GEMM".
@@ -106,12 +108,30 @@ inline at::Tensor merged_weights(at::TensorList weights, at::TensorList as, at::
   return (merged.size() == 1 ? merged[0] : at::cat(merged)).to(dtype);
 }
 
+/// Whether a plain term of rank r on an [out, in] layer takes its gradients from the layer-wide
+/// product G = g^T x (in out multiply-adds per token) rather than from u = x A^T (2 r (in + out):
+/// u, then dB = s g^T u, then dA = s (g B)^T x): for ranks wide for their layer, as VeRA's are.
+inline bool grads_from_full_product(std::int64_t r, std::int64_t in, std::int64_t out) {
+  return in * out < 2 * r * (in + out);
+}
+
 /// The gradients of one low-rank term's A and B from its layer's output gradient g [tokens, out],
 /// the input x [tokens, in], u = x A^T [tokens, r] and B [out, r], all in the compute dtype:
 /// dA = s (g B)^T x and dB = s g^T u, in `param_dtype`.
 inline std::pair<at::Tensor, at::Tensor> low_rank_grads(const at::Tensor& g, const at::Tensor& x, const at::Tensor& u,
                                                         const at::Tensor& b, double s, at::ScalarType param_dtype) {
   return {at::mm(at::mm(g, b).t(), x).to(param_dtype).mul_(s), at::mm(g.t(), u).to(param_dtype).mul_(s)};
+}
+
+/// G = g^T x, the gradient of the layer's merged weight, in `dtype` (the term's own).
+inline at::Tensor full_product(const at::Tensor& g, const at::Tensor& x, at::ScalarType dtype) {
+  return at::mm(g.t(), x).to(dtype);
+}
+
+/// dA = s B^T G and dB = s G A^T, from the gradient G of a merged weight W + s B A.
+inline std::pair<at::Tensor, at::Tensor> grads_through(const at::Tensor& grad_w, const at::Tensor& a,
+                                                       const at::Tensor& b, double s) {
+  return {at::mm(b.t(), grad_w).mul_(s), at::mm(grad_w, a.t()).mul_(s)};
 }
 
 /// The gradients of one DoRA term's A, B and m from its layer's output gradient g [tokens, out] and
@@ -121,10 +141,10 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> dora_grads(const at::Tenso
                                                                  const at::Tensor& w, const at::Tensor& a,
                                                                  const at::Tensor& b, double s, const at::Tensor& m,
                                                                  const at::Tensor& n) {
-  const at::Tensor grad_w = at::mm(g.t(), x).to(a.scalar_type());
+  const at::Tensor grad_w = full_product(g, x, a.scalar_type());
   const at::Tensor dm = (grad_w * at::addmm(w, b, a, /*beta=*/1, /*alpha=*/s)).sum(1).div_(n);
-  const at::Tensor scaled = grad_w.mul_((m / n).unsqueeze(1));
-  return {at::mm(b.t(), scaled).mul_(s), at::mm(scaled, a.t()).mul_(s), dm};
+  const auto [da, db] = grads_through(grad_w.mul_((m / n).unsqueeze(1)), a, b, s);
+  return {da, db, dm};
 }
 
 class LowRankLinearsFunction : public torch::autograd::Function<LowRankLinearsFunction> {
@@ -146,24 +166,29 @@ public:
     const at::Tensor w = merged_weights(weights, as, bs, magnitudes, layout, dtype, &norms);
     const at::Tensor bias = biases.empty() ? at::Tensor() : biases[0];
     const at::Tensor y = at::linear(input, w, bias.defined() ? bias.to(dtype) : bias);
-    // A plain term's backward needs u = x A^T and B in the compute dtype; a DoRA term's forms
-    // W + s B A again from the float tensors (B as given) and needs m and n.
-    std::vector<at::Tensor> plain_as, saved_bs, dora;
+    // A narrow plain term's backward needs u = x A^T and B in the compute dtype; a wide one's
+    // A and B as given; a DoRA term's forms W + s B A again from the float tensors (B as given)
+    // and needs m and n.
+    std::vector<at::Tensor> narrow_as, saved_bs, extra;
     for (std::size_t j = 0; j < term_layer.size(); ++j) {
+      const auto i = static_cast<std::size_t>(term_layer[j]);
       if (const auto k = static_cast<std::size_t>(term_magnitude[j]); term_magnitude[j] >= 0) {
         saved_bs.push_back(bs[j]);
-        dora.insert(dora.end(), {weights[static_cast<std::size_t>(term_layer[j])], as[j], magnitudes[k], norms[k]});
+        extra.insert(extra.end(), {weights[i], as[j], magnitudes[k], norms[k]});
+      } else if (grads_from_full_product(as[j].size(0), input.size(-1), weights[i].size(0))) {
+        saved_bs.push_back(bs[j]);
+        extra.push_back(as[j]);
       } else {
-        plain_as.push_back(as[j]);
+        narrow_as.push_back(as[j]);
         saved_bs.push_back(bs[j].to(dtype));
       }
     }
-    const at::Tensor u = plain_as.empty() ? at::Tensor()
-                                          : at::mm(input.reshape({-1, input.size(-1)}),
-                                                   at::cat(plain_as).to(dtype).t());  // [tokens, sum r_j]
+    const at::Tensor u = narrow_as.empty() ? at::Tensor()
+                                           : at::mm(input.reshape({-1, input.size(-1)}),
+                                                    at::cat(narrow_as).to(dtype).t());  // [tokens, sum r_j]
     torch::autograd::variable_list saved{input, u, w};
     saved.insert(saved.end(), saved_bs.begin(), saved_bs.end());
-    saved.insert(saved.end(), dora.begin(), dora.end());
+    saved.insert(saved.end(), extra.begin(), extra.end());
     ctx->save_for_backward(saved);
     std::vector<std::int64_t> widths;
     for (const auto& weight : weights) widths.push_back(weight.size(0));
@@ -204,17 +229,21 @@ public:
     std::vector<std::int64_t> row(layers, 0);  // each layer's first output column
     for (std::size_t i = 1; i < layers; ++i) row[i] = row[i - 1] + widths[i - 1];
     std::int64_t rank_begin = 0;
-    std::size_t dora_saved = 3 + terms;  // where the next DoRA term's tensors are
+    std::size_t extra = 3 + terms;  // where the next DoRA or wide term's own tensors are
     for (std::size_t j = 0; j < terms; ++j) {
       const auto i = static_cast<std::size_t>(term_layer[j]);
-      const at::Tensor& b = saved[3 + j];  // in the compute dtype; a DoRA term's as given
+      const at::Tensor& b = saved[3 + j];  // in the compute dtype; a DoRA or wide term's as given
       const std::int64_t r = b.size(1);
       const at::Tensor g_i = g.narrow(1, row[i], widths[i]);
       if (const auto k = static_cast<std::size_t>(term_magnitude[j]); term_magnitude[j] >= 0) {
-        const auto* dora = &saved[dora_saved];  // W, A, m, n
-        dora_saved += 4;
+        const auto* dora = &saved[extra];  // W, A, m, n
+        extra += 4;
         std::tie(grads[first_a + j], grads[first_a + terms + j], grads[first_m + k]) =
             dora_grads(g_i, x, dora[0], dora[1], b, scalings[j], dora[2], dora[3]);
+      } else if (grads_from_full_product(r, x.size(1), widths[i])) {
+        const at::Tensor& a = saved[extra++];
+        std::tie(grads[first_a + j], grads[first_a + terms + j]) =
+            grads_through(full_product(g_i, x, a.scalar_type()), a, b, scalings[j]);
       } else {
         std::tie(grads[first_a + j], grads[first_a + terms + j]) =
             low_rank_grads(g_i, x, u.narrow(1, rank_begin, r), b, scalings[j], param_dtype);
