@@ -61,6 +61,36 @@ TEST_CASE("IA3 scales a target's output and a feedforward target's input", "[pef
   CHECK(torch::allclose(net->forward(x), expected, 1e-5, 1e-6));
 }
 
+TEST_CASE("IA3 under bf16 autocast returns the layer's dtype, as PEFT's does", "[peft][ia3]") {
+  // PEFT: result = (base(x) * l).to(result.dtype); interm = (x.to(l.dtype) * l).to(x.dtype).
+  torch::manual_seed(52);
+  torch::nn::Sequential net(nn::Linear(6, 5), nn::Linear(5, 4));
+  peft::Ia3 ia3({.targets = {"0", "1"}, .feedforward = {"1"}});
+  ia3.attach(*net);
+  auto* first = net[0]->as<nn::LinearImpl>();
+  auto* second = net[1]->as<nn::LinearImpl>();
+  const auto& l0 = ia3.scalings()[0].second->scale();
+  const auto& l1 = ia3.scalings()[1].second->scale();
+  {
+    torch::NoGradGuard no_grad;
+    l0.uniform_(0.5, 1.5);
+    l1.uniform_(0.5, 1.5);
+  }
+  const auto x = torch::randn({3, 6});
+  ftopt::compat::AutocastScope scope(torch::kCPU, torch::kBFloat16, true);
+  const auto hidden = net[0]->as<nn::LinearImpl>()->forward(x);
+  CHECK(hidden.scalar_type() == torch::kBFloat16);
+  const auto base = torch::linear(x, first->weight, first->bias);  // bf16 under autocast
+  CHECK(torch::equal(hidden, (base * l0.flatten()).to(torch::kBFloat16)));
+  const auto y = net->forward(x);
+  CHECK(y.scalar_type() == torch::kBFloat16);
+  const auto want = torch::linear((hidden * l1.flatten()).to(torch::kBFloat16), second->weight, second->bias);
+  CHECK(torch::equal(y, want));
+  y.to(torch::kFloat).sum().backward();  // the vectors' gradients in their own dtype
+  CHECK(l0.grad().scalar_type() == torch::kFloat);
+  CHECK(l1.grad().scalar_type() == torch::kFloat);
+}
+
 TEST_CASE("IA3 on the ViT: keys, values and the MLP's intermediate activations train", "[peft][ia3]") {
   auto model = test::tiny_vit(52);
   Ia3Trainer trainer(quiet({.epochs = 4}), {}, peft::Ia3({.targets = {"key", "value", mlp_output},

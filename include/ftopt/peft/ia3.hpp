@@ -37,11 +37,15 @@ public:
     scale_ = layer.register_parameter("ia3_l", torch::ones(shape, layer.weight.options()));
   }
 
-  /// PEFT's IA3 Linear.forward: the input scaled for a feedforward target, else the output.
+  /// PEFT's IA3 Linear.forward: the input scaled for a feedforward target, else the output, the
+  /// product taken in l's dtype and returned in the scaled tensor's (bf16 under autocast, where a
+  /// float32 output would carry float32 into attention and double the activations it keeps).
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
     if (merged_) return layer.base_forward(x);
     const at::Tensor l = scale_.flatten();
-    return feedforward_ ? layer.base_forward(x * l) : layer.base_forward(x) * l;
+    if (feedforward_) return layer.base_forward((x * l).to(x.scalar_type()));
+    const at::Tensor y = layer.base_forward(x);
+    return (y * l).to(y.scalar_type());
   }
 
   /// W * l (a row per output for a plain target, a column per input for a feedforward one), and
