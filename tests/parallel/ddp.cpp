@@ -206,6 +206,16 @@ TEST_CASE("Ddp: a wrong WORLD_SIZE or an unreachable MASTER_ADDR is a clear erro
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
 }
 
+TEST_CASE("Ddp: a constant buffer the model lacks is named", "[parallel][ddp][errors]") {
+  if (!have_gloo()) return;
+  auto model = test::ddp::model(1);
+  Trainer<precision::Fp32, peft::Full, memory::None, parallel::Ddp> trainer(
+      test::ddp::trainer_options(1), {}, {}, {},
+      parallel::Ddp({.constant_buffers = {"position_table"}, .environment = parallel::Environment{}}));
+  CHECK_THAT(test::message_of([&] { trainer.prepare(model); }),
+             Contains("DdpOptions::constant_buffers names 'position_table', which is not a buffer of the model"));
+}
+
 TEST_CASE("Ddp options are checked", "[parallel][ddp]") {
   CHECK_THAT(test::message_of([] { parallel::Ddp({.bucket_cap_mb = 0}).validate(); }),
              Contains("bucket_cap_mb must be > 0, got 0"));
@@ -254,6 +264,26 @@ TEST_CASE("Ddp, 2 processes x 16 samples = 1 process x 32 (Gloo, real processes)
     REQUIRE(rank0.count("local_grad.0") == 1);
     // After the first micro-batch each rank holds its own samples' gradients: no reduction yet.
     CHECK_FALSE(torch::allclose(rank0["local_grad.0"], rank1["local_grad.0"]));
+  }
+  SECTION("broadcast_buffers: rank 0's buffers before each forward, the constant ones only at setup") {
+    auto ranks = run_workers(dir, with({"--peft", "qlora", "--perturb-buffers"}));
+    INFO("rank 0 log:\n" << ranks.logs[0] << "\nrank 1 log:\n" << ranks.logs[1]);
+    REQUIRE(ranks.result.code() == 0);
+    auto rank0 = load(dir.path / "rank0.pt");
+    auto rank1 = load(dir.path / "rank1.pt");
+    REQUIRE(rank1.count("buffer.probe") == 1);
+    CHECK(torch::equal(rank1["buffer.probe"], rank0["buffer.probe"]));  // rank 1's change overwritten
+    CHECK(rank0["buffer.constant_probe"].sum().item<float>() == 0);     // named constant: kept
+    CHECK(rank1["buffer.constant_probe"].sum().item<float>() == 2);
+    int packed = 0;
+    for (const auto& [name, value] : rank1) {
+      if (!name.ends_with("weight_packed")) continue;
+      INFO(name);
+      ++packed;
+      CHECK(value.eq(0).all().item<bool>());  // a QLora base: sent at setup only
+      CHECK_FALSE(torch::equal(value, rank0[name]));
+    }
+    CHECK(packed == 2);
   }
   SECTION("Bf16Mixed") {
     auto ranks = run_workers(dir, with({"--precision", "bf16"}));

@@ -9,6 +9,7 @@
 
 #include <ftopt/models/mlp.hpp>
 #include <ftopt/peft/lora.hpp>
+#include <ftopt/peft/qlora.hpp>
 #include <ftopt/trainer_options.hpp>
 
 namespace ftopt::test::ddp {
@@ -46,5 +47,8 @@ inline std::unique_ptr<torch::optim::SGD> optimizer(const std::vector<torch::Ten
 
 /// LoRA on the first and last Linear (module names "layers.0" and "layers.4").
 inline peft::Lora lora() { return peft::Lora({.r = 2, .alpha = 4, .targets = {"0", "4"}}); }
+
+/// The same over a base held in int8 per channel.
+inline peft::QLora<quant::Int8PerChannel> qlora() { return {lora().options()}; }
 
 } // namespace ftopt::test::ddp

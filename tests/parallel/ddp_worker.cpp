@@ -6,6 +6,10 @@
 //                      window (before any reduction), when --accumulate > 1
 //   epoch_loss         the Trainer's epoch loss (averaged over all ranks)
 //   reduced_elements   what each synchronizing step all-reduces
+//   buffer.<name>      the buffers after training
+// --perturb-buffers adds the buffers "probe" and "constant_probe" (named in
+// DdpOptions::constant_buffers) and, after setup, rank 1 changes them and zeroes every quantized
+// base (--peft qlora): what broadcast_buffers sends before each forward comes back as rank 0's.
 // --laws instead measures the Parallel laws (laws.hpp) on parallel::Ddp and writes the distances
 // (broadcast, local, synced, reduce) with rank and world.
 // Faults: --die-at K kills rank --victim (1) with SIGKILL at its K-th loss evaluation,
@@ -43,6 +47,7 @@ struct Args {
   std::string checkpoint;
   std::string resume;
   bool laws = false;
+  bool perturb_buffers = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -54,6 +59,11 @@ Args parse(int argc, char** argv) {
     if (flag == "--bucket-view") { args.ddp.gradient_as_bucket_view = true; continue; }
     if (flag == "--find-unused") { args.ddp.find_unused_parameters = true; continue; }
     if (flag == "--laws") { args.laws = true; continue; }
+    if (flag == "--perturb-buffers") {
+      args.perturb_buffers = true;
+      args.ddp.constant_buffers = {"constant_probe"};
+      continue;
+    }
     ftopt::detail::check(i + 1 < argc, "ddp_worker: ", flag, " needs a value");
     const std::string value = argv[++i];
     if (flag == "--out") args.out = value;
@@ -81,6 +91,8 @@ int train(const Args& args, Peft peft) {
   const int rank = ftopt::parallel::Environment::from_env().rank;
   // Each rank starts from other weights: DDP's broadcast from rank 0 must make them agree.
   auto model = ftopt::test::ddp::model(1 + static_cast<std::uint64_t>(rank));
+  if (args.perturb_buffers)
+    for (const char* name : {"probe", "constant_probe"}) model->register_buffer(name, torch::zeros({2}));
   ftopt::TrainerOptions options = ftopt::test::ddp::trainer_options(args.epochs);
   auto calls = std::make_shared<int>(0);
   options.loss = [&args, rank, calls](const torch::Tensor& out, const torch::Tensor& y) {
@@ -95,6 +107,13 @@ int train(const Args& args, Peft peft) {
   auto& params = trainer.prepare(model);
   auto optimizer = ftopt::test::ddp::optimizer(params);
   if (!args.resume.empty()) trainer.load_checkpoint(args.resume, model, *optimizer);
+  if (args.perturb_buffers && rank == 1) {
+    torch::NoGradGuard no_grad;
+    for (const auto& item : model->named_buffers()) {
+      if (item.key().ends_with("probe")) item.value().fill_(1);
+      if (item.key().ends_with("weight_packed")) item.value().zero_();
+    }
+  }
 
   const auto& ddp = trainer.parallel();
   auto [x, y] = ftopt::test::ddp::data(args.steps);
@@ -115,6 +134,7 @@ int train(const Args& args, Peft peft) {
   };
   auto summary = trainer.fit(model, *optimizer, batches, RecordFirst{&params, &archive});
   for (const auto& item : model->named_parameters()) archive.write("param." + item.key(), item.value().detach());
+  for (const auto& item : model->named_buffers()) archive.write("buffer." + item.key(), item.value());
   archive.write("epoch_loss", torch::tensor(summary.epochs.back().loss, torch::kDouble));
   archive.write("reduced_elements", torch::tensor(ddp.reduced_elements()));
   archive.save_to(args.out + "/rank" + std::to_string(ddp.rank()) + ".pt");
@@ -140,6 +160,7 @@ int main(int argc, char** argv) try {
   const Args args = parse(argc, argv);
   if (args.laws) return laws(args);
   const bool lora = args.peft == "lora";
+  if (args.peft == "qlora") return train<ftopt::precision::Fp32>(args, ftopt::test::ddp::qlora());
   if (args.precision == "bf16")
     return lora ? train<ftopt::precision::Bf16Mixed>(args, ftopt::test::ddp::lora())
                 : train<ftopt::precision::Bf16Mixed>(args, ftopt::peft::Full{});

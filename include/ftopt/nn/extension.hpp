@@ -15,6 +15,8 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -50,10 +52,21 @@ struct Extension {
   virtual at::Tensor added(Layer& /*layer*/, const at::Tensor& /*input*/) {
     throw std::logic_error("nn::Extension::added called on an extension that is not additive");
   }
+  /// True while the forward is a function of the layer's own output alone (an IA3 vector scaling
+  /// a target's output): `mapped(layer, y)` gives it from that output y, and the layer's own part
+  /// may then be computed together with other layers' (nn::shared_input_linears).
+  virtual bool maps_output() const { return false; }
+  virtual at::Tensor mapped(Layer& /*layer*/, const at::Tensor& /*own_output*/) {
+    throw std::logic_error("nn::Extension::mapped called on an extension that does not map the output");
+  }
   /// While the forward is the layer's own plus scaling * B(A x) of the input as given (an unmerged
   /// LoRA branch without dropout), or that sum's rows rescaled (DoRA without dropout), that term:
   /// the layer may then run as one GEMM over its merged weight (nn::low_rank_linears).
   virtual std::optional<LowRankTerm> low_rank(const Layer& /*layer*/) const { return std::nullopt; }
+  /// The names, on its layer, of the buffers the extension registered that nothing changes after
+  /// it attached them (a quantized frozen base's codes and scales): parallel::Ddp broadcasts them
+  /// once, at setup, and not before each forward as it does other buffers.
+  virtual std::vector<std::string> constant_buffers() const { return {}; }
   /// True when the forward computes only with the input autocast would give the layer
   /// (nn::autocast_input; a quantized frozen base): given that input already cast, it computes
   /// the same, so layers sharing an input may cast it once for all (nn::shared_input_linears).

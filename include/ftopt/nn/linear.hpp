@@ -8,6 +8,8 @@
 ///   auto y = query(x);
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/functional/linear.h>
@@ -57,5 +59,17 @@ public:
 };
 
 TORCH_MODULE(Linear);
+
+/// The buffers under `module`, by their names in it, that the extensions attached to its
+/// nn::Linear layers declare constant (nn::Extension::constant_buffers).
+inline std::vector<std::string> constant_buffers(const torch::nn::Module& module) {
+  std::vector<std::string> names;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    const auto* linear = dynamic_cast<const LinearImpl*>(item.value().get());
+    if (!linear || !linear->extension()) continue;
+    for (const auto& name : linear->extension()->constant_buffers()) names.push_back(item.key() + "." + name);
+  }
+  return names;
+}
 
 } // namespace ftopt::nn

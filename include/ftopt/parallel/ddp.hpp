@@ -16,7 +16,8 @@
 ///     gradients only): one bucket for the first iteration, then buckets of bucket_cap_mb (the
 ///     first 1 MiB) in the order gradients arrived, as DDP rebuilds them;
 ///   - each synchronizing micro-batch: prepare_for_forward, rebuild_buckets, buffers broadcast
-///     from rank 0 (broadcast_buffers), prepare_for_backward; the Reducer's autograd hooks
+///     from rank 0 (broadcast_buffers; not the constant ones: DdpOptions::constant_buffers and a
+///     QLora base, which DDP would hold as frozen parameters), prepare_for_backward; the Reducer's autograd hooks
 ///     all-reduce each bucket as soon as its gradients are ready, while backward still runs,
 ///     and average them (sum / world size);
 ///   - the other micro-batches of an accumulation window run like DDP's no_sync(): gradients
@@ -31,6 +32,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -42,6 +44,7 @@
 #include <torch/nn/module.h>
 
 #include <ftopt/detail/dependent_false.hpp>
+#include <ftopt/nn/linear.hpp>
 #include <ftopt/parallel/concept.hpp>
 #include <ftopt/parallel/support/group.hpp>
 
@@ -54,6 +57,10 @@ struct DdpOptions {
   bool static_graph = false;              ///< the set of used parameters never changes
   bool find_unused_parameters = false;    ///< walk the graph for parameters the forward did not use
   bool broadcast_buffers = true;          ///< rank 0's buffers (BatchNorm stats) before each forward
+  /// Buffers, by name in the model, that never change after setup (a position table): broadcast
+  /// from rank 0 at setup only, not before each forward. ftopt's own (a QLora layer's packed
+  /// base: nn::Extension::constant_buffers) need not be named.
+  std::vector<std::string> constant_buffers;
   /// Bounds joining and every collective; a lost or hung rank is an error after at most this.
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
   Backend backend = Backend::Auto;        ///< Auto: NCCL for a CUDA model, else Gloo
@@ -136,10 +143,16 @@ public:
     });
     std::vector<torch::Tensor> states;
     for (const auto& p : module.parameters()) states.push_back(p.detach());
-    for (const auto& b : module.buffers()) {
-      states.push_back(b);
-      s.buffers.push_back(b);
+    // Every buffer now; before each forward only those that may change.
+    std::set<std::string> unseen(options_.constant_buffers.begin(), options_.constant_buffers.end());
+    const auto own = nn::constant_buffers(module);
+    const std::set<std::string> constant(own.begin(), own.end());
+    for (const auto& item : module.named_buffers()) {
+      states.push_back(item.value());
+      if (!unseen.erase(item.key()) && !constant.contains(item.key())) s.buffers.push_back(item.value());
     }
+    ftopt::detail::check(unseen.empty(), "parallel::Ddp: DdpOptions::constant_buffers names '",
+                         unseen.empty() ? "" : *unseen.begin(), "', which is not a buffer of the model");
     s.group->broadcast(states, 0);
     build_reducer(module, trainable);
   }

@@ -70,6 +70,10 @@ public:
   /// deq(W) + s B A while the branch offers that term (no dropout in training), else the sum.
   /// All of it from the input as autocast would cast it.
   bool casts_input_first() const override { return true; }
+  /// The packed base changes only by merging, the same on every rank: DDP sends it once.
+  std::vector<std::string> constant_buffers() const override {
+    return {"weight_packed", "weight_scales", "weight_factors", "weight_mean"};
+  }
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
     const at::Tensor input = nn::autocast_input(x);
     if (branch_->merged()) return quant::frozen_linear<Format>(input, packed_, layer.bias);
