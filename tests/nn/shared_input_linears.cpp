@@ -7,7 +7,6 @@
 
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/nn/shared_input_linears.hpp>
-#include <ftopt/peft/ia3.hpp>
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/quant/dynamic_int8.hpp>
 
@@ -109,27 +108,6 @@ TEST_CASE("shared_input_linears adds unmerged LoRA branches and gives their grad
     CHECK(is_slice_of_stack(merged[0]));
     check_same(merged, run(m, x, false, false), 1e-5);
   }
-}
-
-TEST_CASE("shared_input_linears scales IA3 targets' outputs and gives the vectors' gradients",
-          "[nn][shared_input_linears][ia3]") {
-  torch::manual_seed(3);
-  Projections m;
-  ftopt::peft::Ia3 ia3({.targets = {"key", "value"}});
-  ia3.attach(m);
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& [name, scaling] : ia3.scalings()) scaling->scale().uniform_(0.5, 1.5);  // ones would hide l
-  }
-  const auto x = torch::randn({3, 16});
-  auto shared = run(m, x, true, false);
-  REQUIRE(shared.size() == 3 + 1 + 2);  // outputs, x, and the two vectors
-  CHECK(is_slice_of_stack(shared[0]));        // query has none
-  CHECK_FALSE(is_slice_of_stack(shared[1]));  // key: its slice scaled
-  check_same(shared, run(m, x, false, false), 1e-6);
-  auto mixed = run(m, x, true, true);
-  CHECK(mixed[1].scalar_type() == torch::kBFloat16);
-  check_close_bf16(mixed, run(m, x, false, true), 1e-2);
 }
 
 TEST_CASE("shared_input_linears runs layer by layer what it cannot fuse", "[nn][shared_input_linears]") {

@@ -52,13 +52,6 @@ struct Extension {
   virtual at::Tensor added(Layer& /*layer*/, const at::Tensor& /*input*/) {
     throw std::logic_error("nn::Extension::added called on an extension that is not additive");
   }
-  /// True while the forward is a function of the layer's own output alone (an IA3 vector scaling
-  /// a target's output): `mapped(layer, y)` gives it from that output y, and the layer's own part
-  /// may then be computed together with other layers' (nn::shared_input_linears).
-  virtual bool maps_output() const { return false; }
-  virtual at::Tensor mapped(Layer& /*layer*/, const at::Tensor& /*own_output*/) {
-    throw std::logic_error("nn::Extension::mapped called on an extension that does not map the output");
-  }
   /// While the forward is the layer's own plus scaling * B(A x) of the input as given (an unmerged
   /// LoRA branch without dropout), or that sum's rows rescaled (DoRA without dropout), that term:
   /// the layer may then run as one GEMM over its merged weight (nn::low_rank_linears).

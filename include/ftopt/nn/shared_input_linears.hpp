@@ -7,8 +7,7 @@
 ///
 /// It fuses when every layer computes its own forward (nothing attached, or a transparent
 /// extension: a merged LoRA branch) or its own forward plus an additive term (nn::Extension::
-/// additive: an unmerged LoRA branch, whose term is then computed from the same cast input) or a
-/// function of its own output (nn::Extension::maps_output: IA3 scaling a key's or value's); on
+/// additive: an unmerged LoRA branch, whose term is then computed from the same cast input); on
 /// frozen weights whose extensions offer a low-rank term (LoRA, DoRA, VeRA without dropout),
 /// nn::low_rank_linears instead: one GEMM over the merged weights for the forward and the input's
 /// gradient. With any other extension attached (int8, fake-quant, a calibration observer, an
@@ -60,8 +59,7 @@ std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>&
   const bool with_bias = layers[0]->bias.defined();
   for (auto* layer : layers) {
     const auto& ext = layer->extension();
-    fusable = fusable && layer->bias.defined() == with_bias &&
-              (!ext || ext->transparent() || ext->additive() || ext->maps_output());
+    fusable = fusable && layer->bias.defined() == with_bias && (!ext || ext->transparent() || ext->additive());
   }
   if (!fusable) {
     const bool cast_once = enabled && std::ranges::all_of(layers, [](const LinearImpl* layer) {
@@ -85,7 +83,6 @@ std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>&
     out[i] = parts[i];
     const auto& ext = layers[i]->extension();
     if (ext && ext->additive()) out[i] = out[i] + ext->added(*layers[i], input);
-    else if (ext && ext->maps_output()) out[i] = ext->mapped(*layers[i], out[i]);
   }
   return out;
 }

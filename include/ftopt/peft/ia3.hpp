@@ -42,14 +42,10 @@ public:
   /// float32 output would carry float32 into attention and double the activations it keeps).
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
     if (merged_) return layer.base_forward(x);
-    if (feedforward_) return layer.base_forward((x * scale_.flatten()).to(x.scalar_type()));
-    return mapped(layer, layer.base_forward(x));
-  }
-  /// A plain target's forward is its own output scaled: keys and values then join the queries'
-  /// GEMM (nn::shared_input_linears).
-  bool maps_output() const override { return !merged_ && !feedforward_; }
-  at::Tensor mapped(nn::LinearImpl& /*layer*/, const at::Tensor& y) override {
-    return (y * scale_.flatten()).to(y.scalar_type());
+    const at::Tensor l = scale_.flatten();
+    if (feedforward_) return layer.base_forward((x * l).to(x.scalar_type()));
+    const at::Tensor y = layer.base_forward(x);
+    return (y * l).to(y.scalar_type());
   }
 
   /// W * l (a row per output for a plain target, a column per input for a feedforward one), and
