@@ -22,17 +22,29 @@ namespace {
 using Ia3Trainer = Trainer<precision::Fp32, peft::Ia3>;
 /// The ViT's MLP output Linear (layer.N.output.dense), not the attention's output.dense.
 const nn::NamePattern mlp_output = nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)");
+
+/// Two Linears, 6 -> 5 -> 4, both IA3 targets, the second a feedforward one; l0 and l1 their vectors.
+struct TwoTargets {
+  explicit TwoTargets(std::uint64_t seed)
+      : net((torch::manual_seed(seed), torch::nn::Sequential(nn::Linear(6, 5), nn::Linear(5, 4)))),
+        ia3({.targets = {"0", "1"}, .feedforward = {"1"}}) {
+    ia3.attach(*net);
+    first = net[0]->as<nn::LinearImpl>();
+    second = net[1]->as<nn::LinearImpl>();
+    l0 = ia3.scalings()[0].second->scale();
+    l1 = ia3.scalings()[1].second->scale();
+  }
+  torch::nn::Sequential net;
+  peft::Ia3 ia3;
+  nn::LinearImpl* first = nullptr;
+  nn::LinearImpl* second = nullptr;
+  torch::Tensor l0, l1;
+};
 } // namespace
 
 TEST_CASE("IA3 scales a target's output and a feedforward target's input", "[peft][ia3]") {
-  torch::manual_seed(51);
-  torch::nn::Sequential net(nn::Linear(6, 5), nn::Linear(5, 4));
-  peft::Ia3 ia3({.targets = {"0", "1"}, .feedforward = {"1"}});
-  ia3.attach(*net);
-  auto* first = net[0]->as<nn::LinearImpl>();
-  auto* second = net[1]->as<nn::LinearImpl>();
-  const auto& l0 = ia3.scalings()[0].second->scale();
-  const auto& l1 = ia3.scalings()[1].second->scale();
+  TwoTargets two(51);
+  auto& [net, ia3, first, second, l0, l1] = two;
   CHECK(l0.sizes() == torch::IntArrayRef({5, 1}));  // PEFT's shapes: [out, 1], feedforward [1, in]
   CHECK(l1.sizes() == torch::IntArrayRef({1, 5}));
   auto x = torch::randn({3, 6});
@@ -63,14 +75,8 @@ TEST_CASE("IA3 scales a target's output and a feedforward target's input", "[pef
 
 TEST_CASE("IA3 under bf16 autocast returns the layer's dtype, as PEFT's does", "[peft][ia3]") {
   // PEFT: result = (base(x) * l).to(result.dtype); interm = (x.to(l.dtype) * l).to(x.dtype).
-  torch::manual_seed(52);
-  torch::nn::Sequential net(nn::Linear(6, 5), nn::Linear(5, 4));
-  peft::Ia3 ia3({.targets = {"0", "1"}, .feedforward = {"1"}});
-  ia3.attach(*net);
-  auto* first = net[0]->as<nn::LinearImpl>();
-  auto* second = net[1]->as<nn::LinearImpl>();
-  const auto& l0 = ia3.scalings()[0].second->scale();
-  const auto& l1 = ia3.scalings()[1].second->scale();
+  TwoTargets two(52);
+  auto& [net, ia3, first, second, l0, l1] = two;
   {
     torch::NoGradGuard no_grad;
     l0.uniform_(0.5, 1.5);
@@ -78,7 +84,7 @@ TEST_CASE("IA3 under bf16 autocast returns the layer's dtype, as PEFT's does", "
   }
   const auto x = torch::randn({3, 6});
   ftopt::compat::AutocastScope scope(torch::kCPU, torch::kBFloat16, true);
-  const auto hidden = net[0]->as<nn::LinearImpl>()->forward(x);
+  const auto hidden = first->forward(x);
   CHECK(hidden.scalar_type() == torch::kBFloat16);
   const auto base = torch::linear(x, first->weight, first->bias);  // bf16 under autocast
   CHECK(torch::equal(hidden, (base * l0.flatten()).to(torch::kBFloat16)));
