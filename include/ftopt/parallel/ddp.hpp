@@ -16,10 +16,10 @@
 ///     gradients only): one bucket for the first iteration, then buckets of bucket_cap_mb (the
 ///     first 1 MiB) in the order gradients arrived, as DDP rebuilds them;
 ///   - each synchronizing micro-batch: prepare_for_forward, rebuild_buckets, buffers broadcast
-///     from rank 0 (broadcast_buffers; not the constant ones: DdpOptions::constant_buffers and a
-///     QLora base, which DDP would hold as frozen parameters), prepare_for_backward; the Reducer's autograd hooks
-///     all-reduce each bucket as soon as its gradients are ready, while backward still runs,
-///     and average them (sum / world size);
+///     from rank 0 (broadcast_buffers; not the constant ones, DdpOptions::constant_buffers and a
+///     QLora layer's packed base, which Python holds as frozen parameters), prepare_for_backward;
+///     the Reducer's autograd hooks all-reduce each bucket as soon as its gradients are ready,
+///     while backward still runs, and average them (sum / world size);
 ///   - the other micro-batches of an accumulation window run like DDP's no_sync(): gradients
 ///     stay local and add up, and the closing micro-batch reduces the sum;
 ///   - static_graph: on its first iteration the reduction is delayed to the end of backward
