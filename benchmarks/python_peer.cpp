@@ -169,8 +169,8 @@ ftopt::models::ViT vit() { return ftopt::models::ViT(ftopt::bench::vit_d256); }
 /// the patch convolution and the classifier, forward; the backward's input gradients as much
 /// again (the convolution's input is the image: none); and weight gradients for what trains:
 /// everything when full, else only the classifier (LoRA's rank-8 products, under 1% of the
-/// total, are left out) and the `dora` Linears per block (DoRA's gradients come from one
-/// full-width product each).
+/// total, are left out) and the `dora` Linears per block (DoRA's and VeRA's gradients come from
+/// one full-width product each).
 double vit_gemm_flop(bool full, int dora = 0) {
   const auto& o = ftopt::bench::vit_d256;
   const double B = 128, T = static_cast<double>(o.patches() + 1), N = B * T, h = static_cast<double>(o.hidden),
@@ -226,6 +226,12 @@ void vit_bf16_dora(benchmark::State& state) {
       state, "vit_bf16_dora", ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "value"}, .dora = true}),
       /*dora_linears=*/2);
 }
+/// VeRA r 256 on query and value (PEFT's VeraConfig defaults otherwise): its rank is wide for the
+/// 256-wide layers, so its gradients come from one full-width product per layer, as DoRA's.
+void vit_bf16_vera(benchmark::State& state) {
+  vit_case<ftopt::precision::Bf16Mixed>(state, "vit_bf16_vera", ftopt::peft::Vera({.r = 256, .targets = {"query", "value"}}),
+                                        /*dora_linears=*/2);
+}
 void mlp_fp32_full(benchmark::State& state) {
   const std::pair batch{torch::randn({32, 784}), torch::randint(0, 10, {32})};
   auto make = [] { return ftopt::models::Mlp({.in = 784, .hidden = {64}, .out = 10}); };
@@ -280,6 +286,7 @@ BENCHMARK(vit_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(12)->UseReal
 BENCHMARK(vit_bf16_full)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_dora)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
+BENCHMARK(vit_bf16_vera)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(mlp_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(400)->UseRealTime();
 BENCHMARK(vit_inference)->Unit(benchmark::kMillisecond)->Iterations(10)->UseRealTime();
 

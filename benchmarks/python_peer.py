@@ -6,7 +6,7 @@ Protocol (stdin -> stdout, one line each):
     setup CASE MODE THREADS   ->  ready SECONDS_TO_SET_UP     (MODE: eager | compile)
     step                      ->  SECONDS (this step's wall time, timed here)
     quit
-CASE: vit_fp32_full | vit_bf16_full | vit_bf16_lora | vit_bf16_dora | mlp_fp32_full (what bench_python_peer.cpp
+CASE: vit_fp32_full | vit_bf16_full | vit_bf16_lora | vit_bf16_dora | vit_bf16_vera | mlp_fp32_full (what bench_python_peer.cpp
 builds on the C++ side: the d-256 ViT of 6 blocks, MLP 1024, 50 tokens, batch 128, AdamW; the 784-64-10
 MLP, batch 32), or the inference cases vit_infer_fp32 | vit_infer_int8 (the same ViT in eval mode
 under no_grad, batch 256; int8: torch.ao.quantization.quantize_dynamic on every Linear).
@@ -35,6 +35,9 @@ def make(case):
         # ftopt's query/value: transformers 5 names them q_proj/v_proj in memory (docs/peft.md).
         model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                                  lora_dropout=0.0, bias="none", use_dora=case == "vit_bf16_dora"))
+    if case == "vit_bf16_vera":
+        from peft import VeraConfig, get_peft_model
+        model = get_peft_model(model, VeraConfig(r=256, target_modules=["q_proj", "v_proj"], vera_dropout=0.0))
     if case.startswith("vit_infer"):  # inference: batch 256, eval mode, no gradients
         model.eval()
         if case == "vit_infer_int8":  # torch.ao's dynamic int8: every Linear, per-tensor weights
