@@ -56,9 +56,10 @@ struct Extension {
   /// LoRA branch without dropout), or that sum's rows rescaled (DoRA without dropout), that term:
   /// the layer may then run as one GEMM over its merged weight (nn::low_rank_linears).
   virtual std::optional<LowRankTerm> low_rank(const Layer& /*layer*/) const { return std::nullopt; }
-  /// The names, on its layer, of the buffers the extension registered that nothing changes after
+  /// The names, on its layer, of the buffers the extension keeps there that nothing changes after
   /// it attached them (a quantized frozen base's codes and scales): parallel::Ddp broadcasts them
-  /// once, at setup, and not before each forward as it does other buffers.
+  /// once, at setup, and not before each forward as it does other buffers. A name with no buffer
+  /// behind it (NF4's double-quantization tensors on an int8 base) is passed over.
   virtual std::vector<std::string> constant_buffers() const { return {}; }
   /// True when the forward computes only with the input autocast would give the layer
   /// (nn::autocast_input; a quantized frozen base): given that input already cast, it computes

@@ -38,8 +38,8 @@ public:
   }
 
   /// PEFT's IA3 Linear.forward: the input scaled for a feedforward target, else the output, the
-  /// product taken in l's dtype and returned in the scaled tensor's (bf16 under autocast, where a
-  /// float32 output would carry float32 into attention and double the activations it keeps).
+  /// product taken in l's dtype and returned in the scaled tensor's (bf16 under autocast, not the
+  /// float32 that the product alone would give).
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
     if (merged_) return layer.base_forward(x);
     const at::Tensor l = scale_.flatten();
