@@ -7,6 +7,8 @@
 // and LoRA r 64 on every block Linear) the same way.
 //
 //   build/benchmarks/bench_peft
+#include <functional>
+
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
@@ -62,6 +64,18 @@ void compare(benchmark::State& state) {
 void BM_Fp32(benchmark::State& state) { compare<ftopt::precision::Fp32>(state); }
 void BM_Bf16Mixed(benchmark::State& state) { compare<ftopt::precision::Bf16Mixed>(state); }
 
+/// A contender that steps `setup` with nn::low_rank_linears switched off: PEFT's form of the
+/// same model (the base's output and the branch's as separate passes).
+template <class Setup>
+std::function<void()> without_low_rank_kernel(Setup& setup) {
+  return [&setup] {
+    auto& kernel = ftopt::nn::low_rank_linears_enabled();
+    kernel = false;
+    setup.step();
+    kernel = true;
+  };
+}
+
 /// MiB of a module's parameters and buffers.
 double model_mib(torch::nn::Module& module) {
   std::int64_t bytes = 0;
@@ -108,14 +122,9 @@ void BM_DoraBf16Mixed(benchmark::State& state) {
   Setup<Bf16, ftopt::peft::Lora> lora(all);
   all.dora = true;
   Setup<Bf16, ftopt::peft::Lora> dora(all), dora_peft_form(all);
-  auto& kernel = ftopt::nn::low_rank_linears_enabled();
   std::vector<ftopt::bench::Contender> contenders = {{"lora", [&] { lora.step(); }},
                                                      {"dora", [&] { dora.step(); }},
-                                                     {"dora_peft_form", [&] {
-                                                        kernel = false;
-                                                        dora_peft_form.step();
-                                                        kernel = true;
-                                                      }}};
+                                                     {"dora_peft_form", without_low_rank_kernel(dora_peft_form)}};
   ftopt::bench::side_by_side(state, contenders, 1);
   ftopt::bench::record_peaks(state, contenders);
 }
@@ -133,19 +142,11 @@ void BM_WideRankBf16Mixed(benchmark::State& state) {
   Setup<Bf16, ftopt::peft::Lora> lora64(wide), lora64_peft_form(wide);
   const ftopt::peft::VeraOptions vera_options{.r = 256, .targets = every, .modules_to_save = {"classifier"}};
   Setup<Bf16, ftopt::peft::Vera> vera(vera_options), vera_peft_form(vera_options);
-  auto& kernel = ftopt::nn::low_rank_linears_enabled();
-  const auto without_kernel = [&](auto& setup) {
-    return [&] {
-      kernel = false;
-      setup.step();
-      kernel = true;
-    };
-  };
   std::vector<ftopt::bench::Contender> contenders = {{"lora_r8", [&] { lora.step(); }},
                                                      {"lora_r64", [&] { lora64.step(); }},
-                                                     {"lora_r64_peft_form", without_kernel(lora64_peft_form)},
+                                                     {"lora_r64_peft_form", without_low_rank_kernel(lora64_peft_form)},
                                                      {"vera_r256", [&] { vera.step(); }},
-                                                     {"vera_r256_peft_form", without_kernel(vera_peft_form)}};
+                                                     {"vera_r256_peft_form", without_low_rank_kernel(vera_peft_form)}};
   ftopt::bench::side_by_side(state, contenders, 1);
   ftopt::bench::record_peaks(state, contenders);
 }

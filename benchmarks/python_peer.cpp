@@ -169,9 +169,9 @@ ftopt::models::ViT vit() { return ftopt::models::ViT(ftopt::bench::vit_d256); }
 /// the patch convolution and the classifier, forward; the backward's input gradients as much
 /// again (the convolution's input is the image: none); and weight gradients for what trains:
 /// everything when full, else only the classifier (LoRA's rank-8 products, under 1% of the
-/// total, are left out) and the `dora` Linears per block (DoRA's and VeRA's gradients come from
-/// one full-width product each).
-double vit_gemm_flop(bool full, int dora = 0) {
+/// total, are left out) and the `full_width` Linears per block whose adapter's gradients come from
+/// one full-width product each (DoRA's; VeRA's, its rank wide for the layer).
+double vit_gemm_flop(bool full, int full_width = 0) {
   const auto& o = ftopt::bench::vit_d256;
   const double B = 128, T = static_cast<double>(o.patches() + 1), N = B * T, h = static_cast<double>(o.hidden),
                m = static_cast<double>(o.intermediate), L = static_cast<double>(o.layers);
@@ -179,7 +179,7 @@ double vit_gemm_flop(bool full, int dora = 0) {
   const double patch = 2 * B * static_cast<double>(o.patches()) * o.patch_size * o.patch_size * o.channels * h;
   const double head = 2 * B * h * static_cast<double>(o.num_labels);
   const double forward = linears + attention + patch + head;
-  return forward + (linears + attention + head) + (full ? linears + patch + head : head + L * dora * 2 * N * h * h);
+  return forward + (linears + attention + head) + (full ? linears + patch + head : head + L * full_width * 2 * N * h * h);
 }
 
 /// One ftopt training setup: a model from `make`, its Trainer and an optimizer of type Optimizer.
@@ -208,10 +208,10 @@ void run_case(benchmark::State& state, const std::string& name, Make make, Peft 
 }
 
 template <class Precision, class Peft = ftopt::peft::Full>
-void vit_case(benchmark::State& state, const std::string& name, Peft peft = {}, int dora_linears = 0) {
+void vit_case(benchmark::State& state, const std::string& name, Peft peft = {}, int full_width_linears = 0) {
   const std::pair batch{torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})};
   const bool bf16 = std::is_same_v<Precision, ftopt::precision::Bf16Mixed>;
-  const double flop = bf16 ? vit_gemm_flop(std::is_same_v<Peft, ftopt::peft::Full>, dora_linears) : 0;
+  const double flop = bf16 ? vit_gemm_flop(std::is_same_v<Peft, ftopt::peft::Full>, full_width_linears) : 0;
   run_case<ftopt::Trainer<Precision, Peft>, ftopt::models::ViT>(state, name, vit, std::move(peft), batch, flop);
 }
 
@@ -224,13 +224,13 @@ void vit_bf16_lora(benchmark::State& state) {
 void vit_bf16_dora(benchmark::State& state) {
   vit_case<ftopt::precision::Bf16Mixed>(
       state, "vit_bf16_dora", ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "value"}, .dora = true}),
-      /*dora_linears=*/2);
+      /*full_width_linears=*/2);
 }
 /// VeRA r 256 on query and value (PEFT's VeraConfig defaults otherwise): its rank is wide for the
 /// 256-wide layers, so its gradients come from one full-width product per layer, as DoRA's.
 void vit_bf16_vera(benchmark::State& state) {
   vit_case<ftopt::precision::Bf16Mixed>(state, "vit_bf16_vera", ftopt::peft::Vera({.r = 256, .targets = {"query", "value"}}),
-                                        /*dora_linears=*/2);
+                                        /*full_width_linears=*/2);
 }
 void mlp_fp32_full(benchmark::State& state) {
   const std::pair batch{torch::randn({32, 784}), torch::randint(0, 10, {32})};
