@@ -4,7 +4,8 @@
 // Then LoRA on every block Linear over a float, an int8 and an NF4 frozen base (peft::QLora);
 // and DoRA on every block Linear as one GEMM (nn::low_rank_linears) against PEFT's form of it
 // (the same model with that kernel switched off) and against LoRA; and the wide ranks (VeRA r 256
-// and LoRA r 64 on every block Linear) the same way.
+// and LoRA r 64 on every block Linear) the same way; and IA3 with its feedforward targets as one
+// GEMM (nn::column_scaled_linear) against its PEFT form.
 //
 //   build/benchmarks/bench_peft
 #include <functional>
@@ -151,6 +152,26 @@ void BM_WideRankBf16Mixed(benchmark::State& state) {
   ftopt::bench::record_peaks(state, contenders);
 }
 
+/// IA3 on keys, values and the MLP's intermediate activations (the main job's row) under
+/// Bf16Mixed, its feedforward targets as one GEMM over W diag(l) (nn::column_scaled_linear) and
+/// in PEFT's form (the kernel switched off), beside LoRA r 8 on every block Linear.
+void BM_Ia3Bf16Mixed(benchmark::State& state) {
+  at::set_num_threads(ftopt::hardware::available_cpus());
+  using Bf16 = ftopt::precision::Bf16Mixed;
+  Setup<Bf16, ftopt::peft::Lora> lora(ftopt::peft::LoraOptions{.r = 8, .alpha = 16,
+                                                               .targets = {"query", "key", "value", "dense"},
+                                                               .modules_to_save = {"classifier"}});
+  const ftopt::nn::NamePattern mlp_output = ftopt::nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)");
+  const ftopt::peft::Ia3Options ia3_options{.targets = {"key", "value", mlp_output}, .feedforward = {mlp_output},
+                                           .modules_to_save = {"classifier"}};
+  Setup<Bf16, ftopt::peft::Ia3> ia3(ia3_options), ia3_peft_form(ia3_options);
+  std::vector<ftopt::bench::Contender> contenders = {{"lora_r8", [&] { lora.step(); }},
+                                                     {"ia3", [&] { ia3.step(); }},
+                                                     {"ia3_peft_form", without_low_rank_kernel(ia3_peft_form)}};
+  ftopt::bench::side_by_side(state, contenders, 1);
+  ftopt::bench::record_peaks(state, contenders);
+}
+
 } // namespace
 
 BENCHMARK(BM_Fp32)->Unit(benchmark::kMillisecond)->Iterations(3);
@@ -158,4 +179,5 @@ BENCHMARK(BM_Bf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_QuantizedBaseBf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_DoraBf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_WideRankBf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_Ia3Bf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK_MAIN();

@@ -103,6 +103,7 @@
 #include <ftopt/nn/names.hpp>
 #include <ftopt/nn/shared_input_linears.hpp>
 #include <ftopt/nn/low_rank_linears.hpp>
+#include <ftopt/nn/column_scaled_linear.hpp>
 #include <ftopt/nn/attention_prefix.hpp>
 #include <ftopt/nn/chunked_attention.hpp>
 #include <ftopt/nn/checkpoint.hpp>

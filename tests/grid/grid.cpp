@@ -311,18 +311,23 @@ TEST_CASE("grid::run and autotune on a small model: baseline first, errors repor
   }
 }
 
-TEST_CASE("autotune takes the precisions in turn, so a budget that ends part-way has tried each", "[grid]") {
+TEST_CASE("autotune takes the precisions and the Peft policies in turn, so a budget that ends part-way has tried each",
+          "[grid]") {
   using grid::Combination;
-  // The order written out: the precisions alternate, each one's combinations in grid order.
-  const std::vector<Combination> grid_order = {{.peft = "full"}, {.peft = "lora"}, {.peft = "adapter"},
-                                               {.precision = "bf16", .peft = "full"},
-                                               {.precision = "bf16", .peft = "lora"}};
-  const std::vector<Combination> in_turn = {{.peft = "full"}, {.precision = "bf16", .peft = "full"}, {.peft = "lora"},
-                                            {.precision = "bf16", .peft = "lora"}, {.peft = "adapter"}};
-  CHECK(grid::detail::precisions_in_turn(grid_order) == in_turn);
+  // The order written out: the precisions alternate; within each, every Peft policy's first
+  // combination comes before any policy's second, each policy's own in grid order.
+  const Combination fp32_full, fp32_lora{.peft = "lora"}, fp32_adapter{.peft = "adapter"};
+  const Combination fp32_full_ckpt{.memory = "checkpoint"}, fp32_lora_ckpt{.peft = "lora", .memory = "checkpoint"};
+  const Combination bf16_full{.precision = "bf16"}, bf16_lora{.precision = "bf16", .peft = "lora"};
+  const Combination bf16_full_ckpt{.precision = "bf16", .memory = "checkpoint"};
+  const std::vector<Combination> grid_order = {fp32_full, fp32_full_ckpt, fp32_lora, fp32_lora_ckpt, fp32_adapter,
+                                               bf16_full, bf16_full_ckpt, bf16_lora};
+  const std::vector<Combination> in_turn = {fp32_full,    bf16_full,      fp32_lora,      bf16_lora,
+                                            fp32_adapter, bf16_full_ckpt, fp32_full_ckpt, fp32_lora_ckpt};
+  CHECK(grid::detail::autotune_order(grid_order) == in_turn);
 
   using G = grid::Grid<grid::Axis<precision::Fp32, precision::Bf16Mixed>, grid::Axis<peft::Full, peft::Lora>,
-                       grid::Axis<memory::None>, grid::Axis<parallel::Single>, grid::Axis<quant::None>>;
+                       grid::Axis<memory::None>, grid::Axis<parallel::Single>, grid::Axis<quant::None, quant::DynamicInt8>>;
   auto train = test::random_batches(2, 32, 3);
   auto held_out = test::random_batches(1, 64, 4);
   const auto make = [] { return test::small_mlp(5); };
@@ -331,10 +336,12 @@ TEST_CASE("autotune takes the precisions in turn, so a budget that ends part-way
   std::vector<std::string> ran;
   for (const auto& r : choice.evidence.results) ran.push_back(r.combination.key());
   CHECK(ran == std::vector<std::string>{"fp32/full/none/single/none", "bf16/full/none/single/none",
-                                        "fp32/lora/none/single/none", "bf16/lora/none/single/none"});
+                                        "fp32/lora/none/single/none", "bf16/lora/none/single/none",
+                                        "fp32/full/none/single/dynamic-int8", "bf16/full/none/single/dynamic-int8",
+                                        "fp32/lora/none/single/dynamic-int8", "bf16/lora/none/single/dynamic-int8"});
   // grid::run keeps the grid order.
   const auto report = grid::run<G>(make, train, held_out, {.trainer = test::quiet(), .steps = 2}, settings);
-  CHECK(report.results[1].combination.key() == "fp32/lora/none/single/none");
+  CHECK(report.results[1].combination.key() == "fp32/full/none/single/dynamic-int8");
 }
 
 TEST_CASE("Report::fastest_within_bound picks by the numbers, not by position", "[grid]") {

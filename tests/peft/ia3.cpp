@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -91,10 +92,56 @@ TEST_CASE("IA3 under bf16 autocast returns the layer's dtype, as PEFT's does", "
   const auto y = net->forward(x);
   CHECK(y.scalar_type() == torch::kBFloat16);
   const auto want = torch::linear((hidden * l1.flatten()).to(torch::kBFloat16), second->weight, second->bias);
-  CHECK(torch::equal(y, want));
+  {
+    test::Switched peft_form(nn::low_rank_linears_enabled(), false);
+    CHECK(torch::equal(net->forward(x), want));
+  }
+  // As one GEMM over W diag(l) (the next test): the same up to bf16's rounding.
+  CHECK(torch::allclose(y.to(torch::kFloat), want.to(torch::kFloat), 2e-2, 2e-2));
   y.to(torch::kFloat).sum().backward();  // the vectors' gradients in their own dtype
   CHECK(l0.grad().scalar_type() == torch::kFloat);
   CHECK(l1.grad().scalar_type() == torch::kFloat);
+}
+
+TEST_CASE("IA3's feedforward target as one GEMM: PEFT's gradients, its output to the compute dtype's rounding",
+          "[peft][ia3]") {
+  // PEFT computes W ((x * l).to(x dtype)) + b; on a frozen layer ftopt computes x (W diag(l))^T + b
+  // (nn::column_scaled_linear) and the gradients g = dy W, dx = g * l, dl = sum of g * x. Here
+  // PEFT's form is written out on leaves of its own, in fp32 and under bf16 autocast, on a batch
+  // of vectors and of token sequences.
+  const bool autocast = GENERATE(false, true);
+  const bool tokens = GENERATE(false, true);
+  INFO("autocast " << autocast << ", tokens " << tokens);
+  TwoTargets two(54);
+  auto& second = *two.second;
+  auto& l1 = two.l1;
+  {
+    torch::NoGradGuard no_grad;
+    l1.uniform_(0.5, 1.5);
+  }
+  const auto dtype = autocast ? torch::kBFloat16 : torch::kFloat;
+  const auto h = (tokens ? torch::randn({3, 7, 5}) : torch::randn({21, 5})).to(dtype).requires_grad_(true);
+  const auto h_peft = h.detach().clone().requires_grad_(true);
+  const auto l_peft = l1.detach().clone().requires_grad_(true);
+  std::optional<ftopt::compat::AutocastScope> scope;
+  if (autocast) scope.emplace(torch::kCPU, torch::kBFloat16, true);
+  const auto y = second.forward(h);
+  REQUIRE(y.grad_fn());
+  CHECK(y.grad_fn()->name().find("ColumnScaledLinear") != std::string::npos);  // the kernel ran
+  const auto y_peft = torch::linear((h_peft.to(torch::kFloat) * l_peft).to(dtype), second.weight, second.bias);
+  REQUIRE(y.scalar_type() == y_peft.scalar_type());
+  // bf16 keeps 8 bits: W diag(l) rounded instead of x * l moves an output by a few of its ulps.
+  const double tolerance = autocast ? 2e-2 : 1e-6;
+  CHECK(torch::allclose(y.to(torch::kFloat), y_peft.to(torch::kFloat), tolerance, tolerance));
+  const auto dy = torch::randn(y.sizes()).to(dtype);
+  y.backward(dy);
+  y_peft.backward(dy);
+  CHECK(h.grad().scalar_type() == dtype);
+  CHECK(l1.grad().scalar_type() == torch::kFloat);
+  CHECK(torch::allclose(h.grad().to(torch::kFloat), h_peft.grad().to(torch::kFloat), 1e-6, 1e-6));
+  CHECK(torch::allclose(l1.grad(), l_peft.grad(), 1e-6, 1e-6));
+  CHECK_FALSE(second.weight.grad().defined());
+  CHECK_FALSE(second.bias.grad().defined());
 }
 
 TEST_CASE("IA3 on the ViT: keys, values and the MLP's intermediate activations train", "[peft][ia3]") {

@@ -2,7 +2,7 @@
 /// Running a grid: each valid combination trains a fresh model for a fixed number of steps
 /// and is evaluated on held-out data after Trainer::finalize (adapters merged, int8 converted),
 /// against the fp32 full fine-tuning baseline run first in the same process. `autotune` does
-/// the same within a time budget, taking the precisions in turn, and picks the fastest
+/// the same within a time budget, taking the precisions and the Peft policies in turn, and picks the fastest
 /// combination whose accuracy stays within the bound.
 ///
 ///   auto report = grid::run<Grid>(make_model, train_batches, test_batches,
@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -208,22 +209,40 @@ Result run_one(const Combination& combination, MakeModel& make_model, Train& tra
 
 namespace detail {
 
-/// The combinations with their precisions taken in turn (fp32, bf16, fp32, bf16, ...), each
-/// precision's own in grid order. autotune runs them so: a budget that ends part-way has tried
-/// every precision, not only the first (the slowest, in the grids ftopt ships).
-inline std::vector<Combination> precisions_in_turn(const std::vector<Combination>& combinations) {
-  std::vector<std::vector<Combination>> by_precision;
+/// `combinations` grouped by `key`: the groups in order of first appearance, each in the given order.
+template <class Key>
+std::vector<std::vector<Combination>> grouped(const std::vector<Combination>& combinations, Key key) {
+  std::vector<std::vector<Combination>> groups;
   for (const auto& c : combinations) {
-    auto same = std::find_if(by_precision.begin(), by_precision.end(),
-                             [&](const auto& group) { return group.front().precision == c.precision; });
-    if (same == by_precision.end()) by_precision.push_back({c});
+    auto same = std::ranges::find_if(groups, [&](const auto& group) { return key(group.front()) == key(c); });
+    if (same == groups.end()) groups.push_back({c});
     else same->push_back(c);
   }
+  return groups;
+}
+
+/// `combinations` grouped by `key` and taken from the groups in turn: the first of each group,
+/// then the second of each, ...
+template <class Key>
+std::vector<Combination> in_turn(const std::vector<Combination>& combinations, Key key) {
+  const auto groups = grouped(combinations, key);
   std::vector<Combination> out;
   for (std::size_t turn = 0; out.size() < combinations.size(); ++turn)
-    for (const auto& group : by_precision)
+    for (const auto& group : groups)
       if (turn < group.size()) out.push_back(group[turn]);
   return out;
+}
+
+/// autotune's order: the precisions in turn (fp32's first, bf16's first, fp32's second, ...),
+/// and within each precision its Peft policies in turn (every policy with the other axes at
+/// their first values before any policy with a second one). A budget that ends part-way has
+/// tried every precision and every Peft policy before variations of the Memory and Quant axes.
+inline std::vector<Combination> autotune_order(const std::vector<Combination>& combinations) {
+  const auto precision = [](const Combination& c) { return c.precision; };
+  std::vector<Combination> pefts_in_turn;
+  for (const auto& own : grouped(combinations, precision))
+    std::ranges::copy(in_turn(own, [](const Combination& c) { return c.peft; }), std::back_inserter(pefts_in_turn));
+  return in_turn(pefts_in_turn, precision);
 }
 
 template <class G, class MakeModel, class Train, class Test, class S>
@@ -249,7 +268,7 @@ Report run_grid(MakeModel& make_model, Train& train, Test& test, const RunOption
     report.results.push_back(run_one<T>(c, make_model, train, test, options, settings));
   };
   if (budgeted)
-    for (const auto& c : precisions_in_turn(G::template combinations<M>())) G::template visit<M>(c, run_next);
+    for (const auto& c : autotune_order(G::template combinations<M>())) G::template visit<M>(c, run_next);
   else G::template for_each<M>(run_next);
   report.mark();
   return report;

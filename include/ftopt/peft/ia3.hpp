@@ -19,6 +19,7 @@
 #include <torch/nn/module.h>
 
 #include <ftopt/error.hpp>
+#include <ftopt/nn/column_scaled_linear.hpp>
 #include <ftopt/nn/extension.hpp>
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/nn/names.hpp>
@@ -39,11 +40,16 @@ public:
 
   /// PEFT's IA3 Linear.forward: the input scaled for a feedforward target, else the output, the
   /// product taken in l's dtype and returned in the scaled tensor's (bf16 under autocast, not the
-  /// float32 that the product alone would give).
+  /// float32 that the product alone would give). A feedforward target on a frozen layer runs as
+  /// one GEMM over W with its columns scaled (nn::column_scaled_linear: PEFT's gradients, its
+  /// output up to the compute dtype's rounding).
   at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
     if (merged_) return layer.base_forward(x);
     const at::Tensor l = scale_.flatten();
-    if (feedforward_) return layer.base_forward((x * l).to(x.scalar_type()));
+    if (feedforward_) {
+      if (auto y = nn::column_scaled_linear(layer, x, scale_)) return *std::move(y);
+      return layer.base_forward((x * l).to(x.scalar_type()));
+    }
     const at::Tensor y = layer.base_forward(x);
     return (y * l).to(y.scalar_type());
   }
