@@ -53,8 +53,10 @@
 
 namespace ftopt::nn {
 
-/// The process-wide switch: on by default; off sends LoRA branches back to their layer-by-layer
-/// forward (for side-by-side benchmarks, and to rule the kernel out when chasing a difference).
+/// The process-wide switch of ftopt's merged-weight kernels (this one and
+/// nn::column_scaled_linear): on by default; off sends LoRA, DoRA and VeRA branches and IA3's
+/// feedforward scaling back to PEFT's layer-by-layer form (for side-by-side benchmarks, and to
+/// rule the kernels out when chasing a difference).
 inline std::atomic<bool>& low_rank_linears_enabled() {
   static std::atomic<bool> enabled{true};
   return enabled;
