@@ -26,6 +26,8 @@
 
 #include <ftopt.hpp>
 #include <ftopt/parallel/ddp.hpp>
+#include <ftopt/parallel/gloo.hpp>  // the backends: <ftopt.hpp> leaves them out
+#include <ftopt/parallel/nccl.hpp>
 #include <ftopt/parallel/support/launch.hpp>
 
 #include "side_by_side.hpp"

@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
+#include <ftopt/json.hpp>  // for the file functions: <ftopt.hpp> declares JSON only
 
 #include "models.hpp"
 #include "side_by_side.hpp"

@@ -16,6 +16,8 @@
 
 #include <ftopt.hpp>
 #include <ftopt/parallel/ddp.hpp>
+#include <ftopt/parallel/gloo.hpp>  // the backends: <ftopt.hpp> leaves them out
+#include <ftopt/parallel/nccl.hpp>
 #include <ftopt/pipeline.hpp>
 
 #include "args.hpp"

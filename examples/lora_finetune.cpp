@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
+#include <ftopt/json.hpp>  // for the file functions: <ftopt.hpp> declares JSON only
 
 #include "args.hpp"
 

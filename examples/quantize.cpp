@@ -21,6 +21,7 @@
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
+#include <ftopt/json.hpp>  // for the file functions: <ftopt.hpp> declares JSON only
 
 #include "args.hpp"
 

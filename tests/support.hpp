@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include <ftopt/error.hpp>
+#include <ftopt/json.hpp>
 #include <ftopt/models/mlp.hpp>
 #include <ftopt/models/vit.hpp>
 #include <ftopt/state.hpp>

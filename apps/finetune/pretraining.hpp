@@ -8,6 +8,7 @@
 #include <string>
 
 #include <ftopt.hpp>
+#include <ftopt/json.hpp>  // for the file functions: <ftopt.hpp> declares JSON only
 
 #include "models.hpp"
 #include "options.hpp"

@@ -24,6 +24,8 @@
 #include <torch/torch.h>
 
 #include <ftopt/parallel/ddp.hpp>
+#include <ftopt/parallel/gloo.hpp>
+#include <ftopt/parallel/nccl.hpp>
 #include <ftopt/pipeline.hpp>
 #include <ftopt/precision/bf16_mixed.hpp>
 #include <ftopt/trainer.hpp>

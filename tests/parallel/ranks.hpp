@@ -13,6 +13,8 @@
 
 #include <torch/torch.h>
 
+#include <ftopt/parallel/gloo.hpp>
+#include <ftopt/parallel/nccl.hpp>
 #include <ftopt/parallel/support/group.hpp>
 #include <ftopt/parallel/support/launch.hpp>
 

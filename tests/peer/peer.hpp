@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <ftopt/json.hpp>
 #include <ftopt/weights/files.hpp>
 
 namespace ftopt::peer {

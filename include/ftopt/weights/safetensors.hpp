@@ -5,7 +5,7 @@
 ///
 /// The functions that touch JSON are templates over the JSON type, defaulted and never named by a
 /// caller, so that nlohmann::json is compiled only in a translation unit that reads or writes a
-/// file (docs/build.md, "What a TU costs").
+/// file; that TU includes <ftopt/json.hpp> (docs/build.md, "Compile time").
 
 #include <algorithm>
 #include <cstdint>
@@ -16,9 +16,10 @@
 #include <string>
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include <ftopt/detail/atomic_file.hpp>
+#include <ftopt/detail/json.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/weights/state_dict.hpp>
 
@@ -37,6 +38,7 @@ inline const std::map<std::string, at::ScalarType>& safetensors_dtypes() {
 /// Reads every tensor of a safetensors file (onto the CPU, in the header's order).
 template <class Json = nlohmann::json>
 StateDict load_safetensors(const std::filesystem::path& path) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   using ftopt::detail::check;
   const std::string where = "load_safetensors: " + path.string();
   check(std::filesystem::is_regular_file(path), where, ": no such file");
@@ -90,6 +92,7 @@ StateDict load_safetensors(const std::filesystem::path& path) {
 template <class Json = nlohmann::ordered_json>
 void save_safetensors(const std::filesystem::path& path, const StateDict& state,
                       const std::map<std::string, std::string>& metadata = {}) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   Json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<at::Tensor> tensors;

@@ -10,10 +10,12 @@
 /// processes; the others connect to it. A process alone (WORLD_SIZE 1) uses an in-memory
 /// store. Every wait is bounded by `timeout` (PyTorch's default is 30 minutes).
 ///
-/// Builds: Gloo compiles in where LibTorch's include folders have Gloo's headers (Debian's
-/// libgloo-dev; FTOPT_WITH_GLOO, set by our CMake), NCCL where LibTorch was built with it
-/// (USE_C10D_NCCL, set by the torch_cuda target) and <nccl.h> is found. Without either,
-/// join() is an ftopt::Error that says so.
+/// Backends: a program has the backends whose headers one of its source files includes,
+/// <ftopt/parallel/gloo.hpp> and <ftopt/parallel/nccl.hpp>. <ftopt.hpp> leaves them out, as
+/// <torch/torch.h> leaves out c10d: their c10d headers (NCCL's with the CUDA runtime's) cost a
+/// TU more than the rest of ftopt's external headers together (docs/build.md, "Compile time").
+/// Each registers itself here when the program starts; join() with a backend the program lacks
+/// is an ftopt::Error that names the header to include, or says why this build has none.
 
 #include <algorithm>
 #include <atomic>
@@ -34,17 +36,6 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/types.h>
 
-#if defined(FTOPT_WITH_GLOO)
-#ifndef USE_C10D_GLOO
-#define USE_C10D_GLOO  // ProcessGroupGloo.hpp is empty without it; LibTorch's CMake does not set it
-#endif
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#endif
-#if defined(USE_C10D_NCCL) && __has_include(<nccl.h>)
-#define FTOPT_WITH_NCCL 1
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
-
 #include <ftopt/error.hpp>
 #include <ftopt/parallel/support/environment.hpp>
 
@@ -62,19 +53,6 @@ inline const char* to_string(Backend b) {
   return "auto";
 }
 
-/// Which backends this build of ftopt and LibTorch has.
-inline bool has_backend(Backend b) {
-  switch (b) {
-#if defined(FTOPT_WITH_GLOO)
-    case Backend::Gloo: return true;
-#endif
-#if defined(FTOPT_WITH_NCCL)
-    case Backend::Nccl: return true;
-#endif
-    default: return false;
-  }
-}
-
 struct GroupOptions {
   Backend backend = Backend::Gloo;  ///< Auto is resolved by the caller (Ddp from the model's device)
   /// Bounds joining (all ranks reaching the store) and every collective.
@@ -84,6 +62,29 @@ struct GroupOptions {
 };
 
 namespace detail {
+
+/// A backend's process group over a joined store.
+using MakeGroup = c10::intrusive_ptr<c10d::ProcessGroup> (*)(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                             int world_size, const GroupOptions& options,
+                                                             const Environment& env);
+
+/// What a backend header registered: `make` where this build has the backend, else `absent`,
+/// why not. A backend no header registered has neither.
+struct BackendEntry {
+  MakeGroup make = nullptr;
+  const char* absent = nullptr;
+};
+
+inline BackendEntry& backend_entry(Backend b) {
+  static BackendEntry entries[3];
+  return entries[static_cast<int>(b)];
+}
+
+/// Called by the backend headers' registrations, before main.
+inline bool register_backend(Backend b, MakeGroup make, const char* absent) {
+  backend_entry(b) = {make, absent};
+  return true;
+}
 
 /// The first line of an exception's message (c10::Error appends a C++ backtrace).
 inline std::string first_line(const std::exception& e) {
@@ -128,6 +129,10 @@ c10::intrusive_ptr<PG> as_process_group(const c10::intrusive_ptr<c10d::Store>& s
 
 } // namespace detail
 
+/// Whether this program can join a group over `b`: its header is included in one of the
+/// program's source files and this build of LibTorch has it.
+inline bool has_backend(Backend b) { return b != Backend::Auto && detail::backend_entry(b).make != nullptr; }
+
 class Group {
 public:
   /// Joins the process group this process's environment describes. Errors name MASTER_ADDR,
@@ -137,13 +142,14 @@ public:
     detail::ignore_sigpipe();
     ftopt::detail::check(options.backend != Backend::Auto,
                          "parallel::Group::join: resolve Backend::Auto to gloo or nccl first");
-    ftopt::detail::check(has_backend(options.backend), "parallel::Group::join: this build has no ",
-                         to_string(options.backend), " backend (",
-                         options.backend == Backend::Gloo
-                             ? "Gloo's headers were not found in LibTorch's include folders; "
-                               "on Debian install libgloo-dev and reconfigure"
-                             : "NCCL needs a CUDA LibTorch built with it and <nccl.h>",
-                         ")");
+    const detail::BackendEntry& backend = detail::backend_entry(options.backend);
+    const char* name = to_string(options.backend);
+    ftopt::detail::check(backend.make || backend.absent, "parallel::Group::join: the ", name,
+                         " backend is not in this program: include <ftopt/parallel/", name,
+                         ".hpp> in one of its source files (<ftopt.hpp> leaves c10d's backends out, as "
+                         "<torch/torch.h> does)");
+    ftopt::detail::check(backend.make != nullptr, "parallel::Group::join: this build has no ", name, " backend (",
+                         backend.absent, ")");
     ftopt::detail::check(options.timeout.count() > 0, "parallel::Group::join: timeout must be positive, got ",
                          options.timeout.count(), " ms");
     // One group per process and environment, kept until the process exits, as torch.distributed's
@@ -286,35 +292,8 @@ private:
   }
 
   c10::intrusive_ptr<c10d::ProcessGroup> make_group() {
-    if (options_.backend == Backend::Gloo) {
-#if defined(FTOPT_WITH_GLOO)
-      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
-      gloo_options->devices.push_back(gloo_device());
-      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank(), world_size(), gloo_options);
-      return detail::as_process_group(store_, rank(), world_size(), gloo, Backend::Gloo);
-#endif
-    }
-#if defined(FTOPT_WITH_NCCL)
-    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-    nccl_options->timeout = options_.timeout;
-    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank(), world_size(), nccl_options);
-    return detail::as_process_group(store_, rank(), world_size(), nccl, Backend::Nccl);
-#else
-    ftopt::detail::fail("parallel: no ", to_string(options_.backend), " backend in this build");
-#endif
+    return detail::backend_entry(options_.backend).make(store_, rank(), world_size(), options_, env_);
   }
-
-#if defined(FTOPT_WITH_GLOO)
-  /// Gloo's network device: the interface GLOO_SOCKET_IFNAME names (as in PyTorch), the
-  /// loopback address when MASTER_ADDR is local, else the address this host's name resolves to.
-  std::shared_ptr<::gloo::transport::Device> gloo_device() const {
-    if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface)
-      return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
-    const std::string& addr = env_.master_addr;
-    if (addr == "localhost" || addr.rfind("127.", 0) == 0) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-    return c10d::ProcessGroupGloo::createDefaultDevice();
-  }
-#endif
 
   static std::vector<std::vector<torch::Tensor>> by_dtype_and_device(const std::vector<torch::Tensor>& tensors) {
     std::vector<std::vector<torch::Tensor>> groups;

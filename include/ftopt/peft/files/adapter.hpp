@@ -5,8 +5,8 @@
 /// `adapter_config.json` with the config's field names (peft_type first). peft/files/lora.hpp,
 /// ia3.hpp and vera.hpp write and read each method's config; `load_adapter` loads the tensors of any.
 /// The functions that touch JSON are templates over the JSON type, defaulted and never named by a
-/// caller, so that nlohmann::json is compiled only where an adapter is read or written
-/// (docs/build.md, "What a TU costs").
+/// caller, so that nlohmann::json is compiled only where an adapter is read or written; that
+/// source file includes <ftopt/json.hpp> (docs/build.md, "Compile time").
 
 #include <algorithm>
 #include <filesystem>
@@ -16,10 +16,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <torch/nn/module.h>
 
 #include <ftopt/detail/atomic_file.hpp>
+#include <ftopt/detail/json.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/peft/files/names.hpp>
@@ -175,6 +176,7 @@ inline void patterns_for_model(const torch::nn::Module& module, const AdapterNam
 template <class Json = nlohmann::json>
 weights::LoadReport load_adapter(torch::nn::Module& module, const std::filesystem::path& dir,
                                  const AdapterNames& names = {}) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   const auto path = dir / "adapter_model.safetensors";
   weights::StateDict file = weights::load_safetensors<Json>(path);
   std::unordered_map<std::string, std::string> own_key_of;

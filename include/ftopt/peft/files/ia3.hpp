@@ -11,9 +11,10 @@
 #include <filesystem>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <torch/nn/module.h>
 
+#include <ftopt/detail/json.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/peft/files/adapter.hpp>
 #include <ftopt/peft/files/names.hpp>
@@ -25,6 +26,7 @@ namespace ftopt::peft {
 template <class Json = nlohmann::ordered_json>
 void save_adapter(const torch::nn::Module& module, const Ia3& policy, const std::filesystem::path& dir,
                   const AdapterNames& names = {}) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   const Ia3Options& ia3 = policy.options();
   Json config = {
       {"peft_type", "IA3"},
@@ -42,6 +44,7 @@ void save_adapter(const torch::nn::Module& module, const Ia3& policy, const std:
 /// compute (fan_in_fan_out, exclude_modules, init_ia3_weights false) is refused naming the field.
 template <class Json = nlohmann::json>
 Ia3Options ia3_config(const std::filesystem::path& dir) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   const auto path = dir / "adapter_config.json";
   const std::string where = "ia3_config: " + path.string();
   const Json config = detail::read_config<Json>(path, "IA3", where);
@@ -65,6 +68,7 @@ Ia3Options ia3_config(const std::filesystem::path& dir) {
 /// renames them; an entry that matches no module of the model is an error naming the file.
 template <class Json = nlohmann::json>
 Ia3Options ia3_config(const std::filesystem::path& dir, const torch::nn::Module& module, const AdapterNames& names) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   Ia3Options ia3 = ia3_config<Json>(dir);
   detail::patterns_for_model(module, names, "ia3_config: " + (dir / "adapter_config.json").string(),
                              {{&ia3.targets, "target_modules"},

@@ -20,9 +20,10 @@
 #include <initializer_list>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <torch/nn/module.h>
 
+#include <ftopt/detail/json.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/peft/files/adapter.hpp>
 #include <ftopt/peft/files/names.hpp>
@@ -72,6 +73,7 @@ inline constexpr std::initializer_list<const char*> lora_unsupported = {
 template <class Json = nlohmann::ordered_json>
 void save_adapter(const torch::nn::Module& module, const Lora& policy, const std::filesystem::path& dir,
                   const AdapterNames& names = {}) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   const LoraOptions& lora = policy.options();
   Json config = {
       {"peft_type", "LORA"},
@@ -91,6 +93,7 @@ void save_adapter(const torch::nn::Module& module, const Lora& policy, const std
 /// The Lora settings of a saved adapter (PEFT's adapter_config.json).
 template <class Json = nlohmann::json>
 LoraOptions lora_config(const std::filesystem::path& dir) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   const auto path = dir / "adapter_config.json";
   const std::string where = "lora_config: " + path.string();
   const Json config = detail::read_config<Json>(path, "LORA", where);
@@ -118,6 +121,7 @@ LoraOptions lora_config(const std::filesystem::path& dir) {
 /// no module of the model is an error naming the file and the entry.
 template <class Json = nlohmann::json>
 LoraOptions lora_config(const std::filesystem::path& dir, const torch::nn::Module& module, const AdapterNames& names) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   LoraOptions lora = lora_config<Json>(dir);
   detail::patterns_for_model(module, names, "lora_config: " + (dir / "adapter_config.json").string(),
                              {{&lora.targets, "target_modules"}, {&lora.modules_to_save, "modules_to_save"}});

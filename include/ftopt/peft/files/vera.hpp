@@ -14,9 +14,10 @@
 #include <filesystem>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <torch/nn/module.h>
 
+#include <ftopt/detail/json.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/peft/files/adapter.hpp>
 #include <ftopt/peft/files/names.hpp>
@@ -29,6 +30,7 @@ namespace ftopt::peft {
 template <class Json = nlohmann::ordered_json>
 void save_adapter(const torch::nn::Module& module, const Vera& policy, const std::filesystem::path& dir,
                   const AdapterNames& names = {}) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   const VeraOptions& vera = policy.options();
   ftopt::detail::check(policy.projections().a.defined(), "save_adapter: Vera is not attached to a model yet");
   Json config = {
@@ -56,6 +58,7 @@ void save_adapter(const torch::nn::Module& module, const Vera& policy, const std
 /// is refused naming the field.
 template <class Json = nlohmann::json>
 VeraOptions vera_config(const std::filesystem::path& dir) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   const auto path = dir / "adapter_config.json";
   const std::string where = "vera_config: " + path.string();
   const Json config = detail::read_config<Json>(path, "VERA", where);
@@ -86,6 +89,7 @@ VeraOptions vera_config(const std::filesystem::path& dir) {
 /// renames them; an entry that matches no module of the model is an error naming the file.
 template <class Json = nlohmann::json>
 VeraOptions vera_config(const std::filesystem::path& dir, const torch::nn::Module& module, const AdapterNames& names) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   VeraOptions vera = vera_config<Json>(dir);
   detail::patterns_for_model(module, names, "vera_config: " + (dir / "adapter_config.json").string(),
                              {{&vera.targets, "target_modules"}, {&vera.modules_to_save, "modules_to_save"}});

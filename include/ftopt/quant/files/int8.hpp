@@ -13,9 +13,10 @@
 #include <type_traits>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <torch/nn/module.h>
 
+#include <ftopt/detail/json.hpp>
 #include <ftopt/quant/dynamic_int8.hpp>
 #include <ftopt/quant/static_int8.hpp>
 #include <ftopt/weights/files.hpp>
@@ -132,17 +133,19 @@ inline std::vector<std::string> load_int8_state(torch::nn::Module& module, const
 /// ".output_scale", ".output_zero_point", ".quant_max"); everything else as in the float state
 /// dict. The format follows the file's extension (.safetensors or
 /// a torch.save zip), written atomically like every ftopt file.
-template <class Json = nlohmann::ordered_json>  // a template so that JSON is compiled where it is used
+template <class Json = nlohmann::ordered_json>  // a template: JSON is compiled where it is used (<ftopt/json.hpp>)
 void save_int8(const torch::nn::Module& module, const std::filesystem::path& path) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   weights::save_file<Json>(path, detail::int8_state(module), weights::format_for(path));
 }
 
 /// Loads a file save_int8 wrote into a float model of the same architecture: float tensors by
 /// name, and for each Linear or Conv2d with a "<name>.weight_scale" its int8 kernel, rebuilt from the
 /// stored values and scales (no re-quantization). Returns the names of the int8 layers.
-template <class Json = nlohmann::json>  // a template so that JSON is compiled where it is used
+template <class Json = nlohmann::json>  // a template: JSON is compiled where it is used (<ftopt/json.hpp>)
 std::vector<std::string> load_int8(torch::nn::Module& module, const std::filesystem::path& path,
                                    Engine engine = Engine::Auto) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   return detail::load_int8_state(module, weights::load_file<Json>(path), path, engine);
 }
 
