@@ -2,7 +2,9 @@
 # What including <ftopt.hpp> costs a translation unit, against one including <torch/torch.h>:
 # each TU holds only the include and an empty main, compiled with the build's own flags (those of
 # build/examples' fashion_mnist: g++ -O3, no PCH), one compile at a time, the TUs in turn for
-# ROUNDS rounds so that a slower moment of a noisy machine hits every TU alike.
+# ROUNDS rounds so that a slower moment of a noisy machine hits every TU alike. Then, once per TU,
+# the memory g++ allocated for it (-ftime-report's TOTAL, its garbage-collected heap): the same
+# on every run, so a change too small for the noisy seconds still shows there.
 #
 #   scripts/tu_cost.sh [ROUNDS] [INCLUDE_DIR...]
 #
@@ -33,6 +35,11 @@ seconds() {  # TU INCLUDE_DIR
   echo "$end - $start" | bc
 }
 
+memory() {  # TU INCLUDE_DIR
+  local own=${includes//$root\/include/$2}
+  eval g++ $defines $own $cxxflags -fsyntax-only -ftime-report "$work/$1" 2>&1 | awk '/TOTAL/ {print $NF}'
+}
+
 for round in $(seq "$rounds"); do
   t=$(seconds torch.cpp "$root/include")
   printf 'round %s  %-50s %6.1f s\n' "$round" "<torch/torch.h>" "$t"
@@ -40,4 +47,9 @@ for round in $(seq "$rounds"); do
     f=$(seconds ftopt.cpp "$dir")
     printf 'round %s  %-50s %6.1f s  %.2fx\n' "$round" "<ftopt.hpp> from $dir" "$f" "$(echo "$f / $t" | bc -l)"
   done
+done
+t=$(memory torch.cpp "$root/include")
+printf 'memory   %-50s %8s\n' "<torch/torch.h>" "$t"
+for dir in "${dirs[@]}"; do
+  printf 'memory   %-50s %8s\n' "<ftopt.hpp> from $dir" "$(memory ftopt.cpp "$dir")"
 done
