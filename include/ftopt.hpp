@@ -7,10 +7,11 @@
 /// (c10d) its own header, <ftopt/parallel/ddp.hpp>: both are included here too.
 ///
 /// Three headers are left out because they compile large external code into every TU that
-/// includes them, and a program needs each in one source file at most (docs/build.md,
-/// "Compile time"): <ftopt/json.hpp> (nlohmann's JSON, for the source files that read or write
-/// files; the file functions say so when it is missing), <ftopt/parallel/gloo.hpp> and
-/// <ftopt/parallel/nccl.hpp> (c10d's process-group backends; joining a group says so).
+/// includes them, and only some source files need them (docs/build.md, "Compile time"):
+/// <ftopt/json.hpp> (nlohmann's JSON, for each source file that reads or writes files; the file
+/// functions say so when it is missing), <ftopt/parallel/gloo.hpp> and
+/// <ftopt/parallel/nccl.hpp> (c10d's process-group backends, in one source file of a program
+/// that runs DDP; joining a group says so).
 
 // Foundations: errors, the version, what a policy and a model are, the machine.
 #include <ftopt/error.hpp>

@@ -6,8 +6,9 @@
 
 namespace ftopt::detail {
 
-/// `static_assert(detail::JsonIncluded<Json>::value);` opens every file function: it fires
-/// in the caller's TU when nlohmann::json is declared there but not defined.
+/// `static_assert(detail::JsonIncluded<Json>::value);` opens every file function that uses a
+/// Json itself (those that only pass their Json on reach one of these): it fires in the caller's
+/// TU when nlohmann::json is declared there but not defined.
 template <class Json>
 struct JsonIncluded {
   static_assert(requires { sizeof(Json); },

@@ -13,7 +13,6 @@
 #include <nlohmann/json_fwd.hpp>
 #include <torch/nn/module.h>
 
-#include <ftopt/detail/json.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/weights/safetensors.hpp>
 #include <ftopt/weights/state_dict.hpp>
@@ -26,7 +25,6 @@ enum class Format { Torch, Safetensors };
 /// Reads a state dict from either format. `key` picks a nested dict in a torch.save file.
 template <class Json = nlohmann::json>
 StateDict load_file(const std::filesystem::path& path, const std::string& key = "") {
-  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   ftopt::detail::check(std::filesystem::is_regular_file(path), "weights::load_file: ", path.string(),
                        ": no such file");
   std::ifstream in(path, std::ios::binary);
@@ -44,7 +42,6 @@ inline Format format_for(const std::filesystem::path& path) {
 /// Writes a state dict in `format` (atomically).
 template <class Json = nlohmann::ordered_json>
 void save_file(const std::filesystem::path& path, const StateDict& state, Format format) {
-  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   if (format == Format::Safetensors) save_safetensors<Json>(path, state);
   else save_torch_file(path, state);
 }
@@ -53,14 +50,12 @@ void save_file(const std::filesystem::path& path, const StateDict& state, Format
 template <class Json = nlohmann::json>
 LoadReport load(torch::nn::Module& module, const std::filesystem::path& path, const LoadOptions& options = {},
                 const std::string& key = "") {
-  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   return load_state_dict(module, load_file<Json>(path, key), options, "weights::load: " + path.string());
 }
 
 /// Saves a module's state dict, in the format its name asks for.
 template <class Json = nlohmann::ordered_json>
 void save(const torch::nn::Module& module, const std::filesystem::path& path) {
-  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   save_file<Json>(path, state_dict(module), format_for(path));
 }
 

@@ -20,7 +20,6 @@
 #include <torch/nn/module.h>
 
 #include <ftopt/detail/atomic_file.hpp>
-#include <ftopt/detail/json.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/peft/files/names.hpp>
@@ -176,7 +175,6 @@ inline void patterns_for_model(const torch::nn::Module& module, const AdapterNam
 template <class Json = nlohmann::json>
 weights::LoadReport load_adapter(torch::nn::Module& module, const std::filesystem::path& dir,
                                  const AdapterNames& names = {}) {
-  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   const auto path = dir / "adapter_model.safetensors";
   weights::StateDict file = weights::load_safetensors<Json>(path);
   std::unordered_map<std::string, std::string> own_key_of;

@@ -68,7 +68,6 @@ Ia3Options ia3_config(const std::filesystem::path& dir) {
 /// renames them; an entry that matches no module of the model is an error naming the file.
 template <class Json = nlohmann::json>
 Ia3Options ia3_config(const std::filesystem::path& dir, const torch::nn::Module& module, const AdapterNames& names) {
-  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   Ia3Options ia3 = ia3_config<Json>(dir);
   detail::patterns_for_model(module, names, "ia3_config: " + (dir / "adapter_config.json").string(),
                              {{&ia3.targets, "target_modules"},

@@ -121,7 +121,6 @@ LoraOptions lora_config(const std::filesystem::path& dir) {
 /// no module of the model is an error naming the file and the entry.
 template <class Json = nlohmann::json>
 LoraOptions lora_config(const std::filesystem::path& dir, const torch::nn::Module& module, const AdapterNames& names) {
-  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   LoraOptions lora = lora_config<Json>(dir);
   detail::patterns_for_model(module, names, "lora_config: " + (dir / "adapter_config.json").string(),
                              {{&lora.targets, "target_modules"}, {&lora.modules_to_save, "modules_to_save"}});

@@ -89,7 +89,6 @@ VeraOptions vera_config(const std::filesystem::path& dir) {
 /// renames them; an entry that matches no module of the model is an error naming the file.
 template <class Json = nlohmann::json>
 VeraOptions vera_config(const std::filesystem::path& dir, const torch::nn::Module& module, const AdapterNames& names) {
-  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   VeraOptions vera = vera_config<Json>(dir);
   detail::patterns_for_model(module, names, "vera_config: " + (dir / "adapter_config.json").string(),
                              {{&vera.targets, "target_modules"}, {&vera.modules_to_save, "modules_to_save"}});

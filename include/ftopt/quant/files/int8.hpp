@@ -16,7 +16,6 @@
 #include <nlohmann/json_fwd.hpp>
 #include <torch/nn/module.h>
 
-#include <ftopt/detail/json.hpp>
 #include <ftopt/quant/dynamic_int8.hpp>
 #include <ftopt/quant/static_int8.hpp>
 #include <ftopt/weights/files.hpp>
@@ -135,7 +134,6 @@ inline std::vector<std::string> load_int8_state(torch::nn::Module& module, const
 /// a torch.save zip), written atomically like every ftopt file.
 template <class Json = nlohmann::ordered_json>  // a template: JSON is compiled where it is used (<ftopt/json.hpp>)
 void save_int8(const torch::nn::Module& module, const std::filesystem::path& path) {
-  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   weights::save_file<Json>(path, detail::int8_state(module), weights::format_for(path));
 }
 
@@ -145,7 +143,6 @@ void save_int8(const torch::nn::Module& module, const std::filesystem::path& pat
 template <class Json = nlohmann::json>  // a template: JSON is compiled where it is used (<ftopt/json.hpp>)
 std::vector<std::string> load_int8(torch::nn::Module& module, const std::filesystem::path& path,
                                    Engine engine = Engine::Auto) {
-  static_assert(ftopt::detail::JsonIncluded<Json>::value);
   return detail::load_int8_state(module, weights::load_file<Json>(path), path, engine);
 }
 
