@@ -3,15 +3,16 @@
 /// include, in the order a reader meets them: the foundations, the Trainer and its settings,
 /// the five axes (each: its concept, its policies, then their support and file headers), the
 /// layers and models the policies act on, weights and data, and the tools around training.
-/// The data Pipeline (range-v3, TurboJPEG) has its own umbrella, <ftopt/pipeline.hpp>, and DDP
-/// (c10d) its own header, <ftopt/parallel/ddp.hpp>: both are included here too.
 ///
-/// Three headers are left out because they compile large external code into every TU that
+/// Five headers are left out because they compile large external code into every TU that
 /// includes them, and only some source files need them (docs/build.md, "Compile time"):
 /// <ftopt/json.hpp> (nlohmann's JSON, for each source file that reads or writes files; the file
-/// functions say so when it is missing), <ftopt/parallel/gloo.hpp> and
+/// functions say so when it is missing); <ftopt/pipeline.hpp> (the data Pipeline, its own
+/// umbrella, on range-v3 and TurboJPEG); <ftopt/parallel/ddp.hpp> (parallel::Ddp and the Group
+/// it joins, on c10d's process groups and Reducer, for each source file that names them; a
+/// Trainer over Ddp says so when it is missing); <ftopt/parallel/gloo.hpp> and
 /// <ftopt/parallel/nccl.hpp> (c10d's process-group backends, in one source file of a program
-/// that runs DDP; joining a group says so).
+/// that runs DDP; joining a group says so; each includes ddp.hpp).
 
 // Foundations: errors, the version, what a policy and a model are, the machine.
 #include <ftopt/error.hpp>
@@ -83,9 +84,7 @@
 // Parallel.
 #include <ftopt/parallel/concept.hpp>
 #include <ftopt/parallel/single.hpp>
-#include <ftopt/parallel/ddp.hpp>
 #include <ftopt/parallel/support/environment.hpp>
-#include <ftopt/parallel/support/group.hpp>
 #include <ftopt/parallel/support/launch.hpp>
 
 // Quant.
@@ -128,7 +127,6 @@
 #include <ftopt/data/fashion_mnist.hpp>
 #include <ftopt/data/subsets.hpp>
 #include <ftopt/data/tensor_batches.hpp>
-#include <ftopt/pipeline.hpp>
 
 // Comparing policy combinations.
 #include <ftopt/grid/grid.hpp>

@@ -188,7 +188,7 @@ TEST_CASE("IA3 adapters save and load with PEFT's names and config", "[peft][ia3
 
   const auto restored = peft::ia3_config(dir.path);
   REQUIRE(restored.feedforward.size() == 1);
-  CHECK(restored.feedforward.front().is_regex);
+  CHECK(restored.feedforward.front().is_regex());
   auto fresh = test::tiny_vit(54);
   Ia3Trainer other(quiet(), {}, restored);
   other.prepare(fresh);

@@ -206,8 +206,14 @@ TEST_CASE("AdapterNames map ftopt's ViT names to the ones transformers 5 and PEF
   const auto to_peft = peft::patterns_to_peft(*model, {"query", "value"}, names);
   CHECK(texts(to_peft) == std::vector<std::string>{"q_proj", "v_proj"});
   CHECK(texts(peft::patterns_from_peft(*model, to_peft, names)) == std::vector<std::string>{"query", "value"});
-  CHECK_THAT(test::message_of([] { peft::AdapterNames{{{"(unclosed", "x"}}}.module("a.b"); }),
-             Catch::Contains("AdapterNames: '(unclosed' is not a valid regular expression"));
+  // A rule replaces the first place its literal fragment occurs, each rule in turn.
+  CHECK(peft::AdapterNames{{{"a.", "b."}, {"b.c", "d"}}}.module("x.a.a.c") == "x.b.a.c");
+  CHECK(peft::AdapterNames{{{"a.", "b."}, {"b.a", "d"}}}.module("x.a.a.c") == "x.d.c");
+  // A regular expression (as transformers' rules are written) is refused, not read as text.
+  CHECK_THAT(test::message_of([] { peft::AdapterNames{{{R"(encoder\.layer\.)", "layers."}}}.module("a.b"); }),
+             Catch::Contains("AdapterNames: the rule 'encoder\\.layer\\.' -> 'layers.' is not literal text"));
+  CHECK_THAT(test::message_of([] { peft::AdapterNames{{{"", "x"}}}.module("a.b"); }),
+             Catch::Contains("AdapterNames: the rule '' -> 'x' is not literal text"));
 }
 
 TEST_CASE("LoRA+ groups, as PEFT's create_loraplus_optimizer makes them", "[peft][lora][loraplus]") {

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
+#include <ftopt/parallel/ddp.hpp>  // the rules over parallel::Ddp (<ftopt.hpp> leaves it out)
 
 #include "../support.hpp"
 

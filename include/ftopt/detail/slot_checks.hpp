@@ -41,11 +41,26 @@ FTOPT_DETAIL_SLOT_CHECK(Memory, memory, "3rd", None)
 FTOPT_DETAIL_SLOT_CHECK(Parallel, parallel, "4th", Single)
 FTOPT_DETAIL_SLOT_CHECK(Quant, quant, "5th", None)
 
+/// The Parallel slot's check, after one for a policy named where only its declaration is seen:
+/// parallel::Ddp, whose header <ftopt.hpp> leaves out (it compiles c10d's process groups and
+/// Reducer into the TU).
+template <class P>
+consteval bool check_parallel_slot_defined() {
+  if constexpr (!requires { sizeof(P); })
+    static_assert(dependent_false<P>,
+                  "ftopt::Trainer: the Parallel policy is declared but not defined in this source file: "
+                  "parallel::Ddp needs #include <ftopt/parallel/ddp.hpp> (<ftopt.hpp> leaves DDP's c10d "
+                  "headers out; the backend headers <ftopt/parallel/gloo.hpp> and nccl.hpp include it).");
+  else
+    return check_parallel_slot<P>();
+  return true;
+}
+
 /// The five slots' checks, in slot order.
 template <class Precision, class Peft, class Memory, class Parallel, class Quant>
 consteval bool check_slots() {
   return check_precision_slot<Precision>() && check_peft_slot<Peft>() && check_memory_slot<Memory>() &&
-         check_parallel_slot<Parallel>() && check_quant_slot<Quant>();
+         check_parallel_slot_defined<Parallel>() && check_quant_slot<Quant>();
 }
 } // namespace ftopt::detail
 

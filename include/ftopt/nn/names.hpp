@@ -27,29 +27,44 @@ namespace ftopt::nn {
 struct NamePattern {
   NamePattern(std::string text) : text(std::move(text)) {}           // NOLINT: implicit on purpose
   NamePattern(const char* text) : text(text) {}                      // NOLINT
-  NamePattern(std::string text, bool is_regex) : text(std::move(text)), is_regex(is_regex) {}
 
   /// Does `name` (a dotted module or parameter name) match?
   bool matches(std::string_view name) const {
-    if (is_regex) return std::regex_match(name.begin(), name.end(), std::regex(text));
+    if (full_match) return full_match(text, name);
     if (name == text) return true;
     return name.size() > text.size() && name.ends_with(text) &&
            name[name.size() - text.size() - 1] == '.';
   }
+  /// Made by nn::regex: `text` is a regular expression that must match the whole name.
+  bool is_regex() const { return full_match != nullptr; }
 
   std::string text;
-  bool is_regex = false;
+  /// Set by nn::regex: whether `name` full-matches the regular expression `expression`.
+  bool (*full_match)(const std::string& expression, std::string_view name) = nullptr;
 };
 
+namespace detail {
+template <class Regex>
+bool regex_full_match(const std::string& expression, std::string_view name) {
+  return std::regex_match(name.begin(), name.end(), Regex(expression));
+}
+} // namespace detail
+
 /// A pattern that full-matches names as a regular expression (PEFT's string target_modules).
-inline NamePattern regex(std::string expression) {
+/// A template only so that std::regex's compiler and matcher are compiled in the source files
+/// that make a regex pattern, not in every one that includes ftopt (docs/build.md, "Compile
+/// time"); the pattern carries its matcher as a function pointer.
+template <class Regex = std::regex>
+NamePattern regex(std::string expression) {
   try {
-    std::regex check(expression);
+    Regex check(expression);
   } catch (const std::regex_error& e) {
     ftopt::detail::fail("nn::regex: '", expression, "' is not a valid regular expression (",
                         e.what(), ")");
   }
-  return {std::move(expression), true};
+  NamePattern pattern(std::move(expression));
+  pattern.full_match = &detail::regex_full_match<Regex>;
+  return pattern;
 }
 
 using NamePatterns = std::vector<NamePattern>;

@@ -24,7 +24,9 @@
 ///   - after_backward(false) leaves gradients local (DDP's no_sync for accumulation);
 ///   - reduce_sum on one rank is the identity.
 ///
-/// Models: parallel::Single, parallel::Ddp.
+/// Models: parallel::Single (<ftopt/parallel/single.hpp>), parallel::Ddp (<ftopt/parallel/ddp.hpp>,
+/// which <ftopt.hpp> leaves out with c10d; declared here so that a Trainer naming it without its
+/// header says which header to include).
 
 #include <concepts>
 #include <vector>
@@ -34,6 +36,8 @@
 #include <ftopt/axis.hpp>
 
 namespace ftopt::parallel {
+
+class Ddp;  // defined in <ftopt/parallel/ddp.hpp>
 
 template <class P>
 concept Policy = PolicyOf<P, axis::Parallel> && std::movable<P> &&

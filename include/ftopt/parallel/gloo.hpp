@@ -1,6 +1,7 @@
 #pragma once
 /// Gloo, parallel::Group's backend for CPU tensors, compiled into a program by including this
 /// header in one of its source files (<ftopt.hpp> leaves it out: parallel/support/group.hpp).
+/// It includes parallel::Ddp's header, <ftopt/parallel/ddp.hpp>, which <ftopt.hpp> leaves out too.
 ///
 /// Gloo compiles in where LibTorch's include folders have Gloo's headers (Debian's libgloo-dev;
 /// FTOPT_WITH_GLOO, set by our CMake). Without them the header registers why there is none,
@@ -10,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include <ftopt/parallel/ddp.hpp>
 #include <ftopt/parallel/support/environment.hpp>
 #include <ftopt/parallel/support/group.hpp>
 

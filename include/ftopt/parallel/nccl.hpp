@@ -1,11 +1,13 @@
 #pragma once
 /// NCCL, parallel::Group's backend for CUDA tensors, compiled into a program by including this
 /// header in one of its source files (<ftopt.hpp> leaves it out: parallel/support/group.hpp).
+/// It includes parallel::Ddp's header, <ftopt/parallel/ddp.hpp>, which <ftopt.hpp> leaves out too.
 ///
 /// NCCL compiles in where LibTorch was built with it (USE_C10D_NCCL, set by the torch_cuda
 /// target) and <nccl.h> is found. Without them the header registers why there is none, and
 /// joining an NCCL group is an ftopt::Error that says so.
 
+#include <ftopt/parallel/ddp.hpp>
 #include <ftopt/parallel/support/environment.hpp>
 #include <ftopt/parallel/support/group.hpp>
 

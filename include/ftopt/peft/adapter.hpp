@@ -29,9 +29,9 @@ namespace ftopt::peft {
 struct AdapterOptions {
   /// The bottleneck is out_features / reduction_factor wide (at least 1).
   std::int64_t reduction_factor = 16;
-  /// The layers whose output gets an adapter; the defaults are the HF ViT / BERT names of the
-  /// attention output and the MLP output projections.
-  nn::NamePatterns targets = {"attention.output.dense", nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)")};
+  /// The layers whose output gets an adapter; the default names the HF ViT / BERT attention
+  /// output and MLP output projections, layer.N.attention.output.dense and layer.N.output.dense.
+  nn::NamePatterns targets = {"output.dense"};
   /// Also train these in full (e.g. a new classifier head).
   nn::NamePatterns modules_to_save;
 

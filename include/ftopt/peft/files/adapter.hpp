@@ -38,7 +38,7 @@ namespace detail {
 /// whole name or its dotted suffix), joined by "|".
 template <class Json>
 Json patterns_json(const nn::NamePatterns& patterns) {
-  const bool any_regex = std::any_of(patterns.begin(), patterns.end(), [](const nn::NamePattern& p) { return p.is_regex; });
+  const bool any_regex = std::any_of(patterns.begin(), patterns.end(), [](const nn::NamePattern& p) { return p.is_regex(); });
   if (!any_regex) {
     Json list = Json::array();
     for (const auto& p : patterns) list.push_back(p.text);
@@ -48,7 +48,7 @@ Json patterns_json(const nn::NamePatterns& patterns) {
   std::string joined;
   for (const auto& p : patterns) {
     std::string alternative = p.text;
-    if (!p.is_regex) {
+    if (!p.is_regex()) {
       alternative.clear();
       for (char c : p.text) alternative += c == '.' ? std::string("\\.") : std::string(1, c);
       alternative = "(.*\\.)?" + alternative;

@@ -8,15 +8,16 @@
 /// checkpoint and back when it saves one (ViT: `vit.encoder.layer.0.attention.attention.query`
 /// in the file, `vit.layers.0.attention.q_proj` in memory), while PEFT 0.21 writes adapters, and
 /// matches `target_modules`, with the in-memory names. `rules` turns ftopt's module names (the
-/// checkpoint's) into those: (ECMAScript regex, replacement) pairs applied in order, each to its
-/// first match, as transformers' WeightRenaming does. No rules: the names stay as they are.
+/// checkpoint's) into those: (fragment, replacement) pairs applied in order, each to the first
+/// place its fragment occurs, as transformers' WeightRenaming applies its patterns; the fragments
+/// are literal text where transformers' are regular expressions (docs/peft.md). No rules: the
+/// names stay as they are.
 ///
-///   ftopt::peft::AdapterNames v5{{{R"(encoder\.layer\.)", "layers."}, {R"(attention\.query)", "q_proj"}}};
+///   ftopt::peft::AdapterNames v5{{{"encoder.layer.", "layers."}, {"attention.query", "q_proj"}}};
 ///   ftopt::peft::save_adapter(*model, lora, "adapter", v5);   // keys and target_modules as PEFT's
 
 #include <algorithm>
 #include <cstddef>
-#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,18 +30,19 @@
 namespace ftopt::peft {
 
 struct AdapterNames {
-  /// (regex, replacement) pairs; the replacement may use $1 for a captured group.
+  /// (fragment, replacement) pairs of literal text, e.g. {"encoder.layer.", "layers."}.
   std::vector<std::pair<std::string, std::string>> rules;
 
-  /// PEFT's name for the module ftopt calls `name`.
+  /// PEFT's name for the module ftopt calls `name`: each rule in order replaces the first place
+  /// its fragment occurs.
   std::string module(const std::string& name) const {
     std::string out = name;
-    for (const auto& [pattern, replacement] : rules) {
-      try {
-        out = std::regex_replace(out, std::regex(pattern), replacement, std::regex_constants::format_first_only);
-      } catch (const std::regex_error& e) {
-        ftopt::detail::fail("AdapterNames: '", pattern, "' is not a valid regular expression (", e.what(), ")");
-      }
+    for (const auto& [fragment, replacement] : rules) {
+      ftopt::detail::check(!fragment.empty() && fragment.find_first_of("\\()[]{}*+?^$|") == std::string::npos,
+                           "AdapterNames: the rule '", fragment, "' -> '", replacement, "' is not literal text: "
+                           "a rule's fragment is part of a module name as written (\"encoder.layer.\"), not a "
+                           "regular expression");
+      if (const auto at = out.find(fragment); at != std::string::npos) out.replace(at, fragment.size(), replacement);
     }
     return out;
   }
@@ -52,13 +54,13 @@ struct AdapterNames {
 /// with. Checked against the live transformers 5.24 by the peer test peer.lora.
 inline AdapterNames transformers_vit_names() {
   return {{
-      {R"(encoder\.layer\.)", "layers."},
-      {R"(attention\.query)", "q_proj"},
-      {R"(attention\.key)", "k_proj"},
-      {R"(attention\.value)", "v_proj"},
-      {R"(attention\.output\.dense)", "attention.o_proj"},
-      {R"(intermediate\.dense)", "mlp.fc1"},
-      {R"(output\.dense)", "mlp.fc2"},
+      {"encoder.layer.", "layers."},
+      {"attention.query", "q_proj"},
+      {"attention.key", "k_proj"},
+      {"attention.value", "v_proj"},
+      {"attention.output.dense", "attention.o_proj"},
+      {"intermediate.dense", "mlp.fc1"},
+      {"output.dense", "mlp.fc2"},
   }};
 }
 
@@ -128,7 +130,7 @@ inline nn::NamePatterns translate_patterns(const nn::NamePatterns& patterns, con
       out.push_back(pattern);
       continue;
     }
-    for (const auto& name : names_picking(chosen, to, pattern.is_regex ? std::string("x") : pattern.text)) add(name);
+    for (const auto& name : names_picking(chosen, to, pattern.is_regex() ? std::string("x") : pattern.text)) add(name);
   }
   return out;
 }
