@@ -8,6 +8,7 @@
 // GEMM (nn::column_scaled_linear) against its PEFT form.
 //
 //   build/benchmarks/bench_peft
+#include <atomic>
 #include <functional>
 
 #include <torch/torch.h>
@@ -65,12 +66,13 @@ void compare(benchmark::State& state) {
 void BM_Fp32(benchmark::State& state) { compare<ftopt::precision::Fp32>(state); }
 void BM_Bf16Mixed(benchmark::State& state) { compare<ftopt::precision::Bf16Mixed>(state); }
 
-/// A contender that steps `setup` with nn::low_rank_linears switched off: PEFT's form of the
-/// same model (the base's output and the branch's as separate passes).
+/// A contender that steps `setup` with one of ftopt's kernels switched off: with
+/// nn::low_rank_linears_enabled(), PEFT's form of the same model (the base's output and the
+/// branch's as separate passes); with nn::shared_input_linears_enabled(), each layer on a shared
+/// input computed alone.
 template <class Setup>
-std::function<void()> without_low_rank_kernel(Setup& setup) {
-  return [&setup] {
-    auto& kernel = ftopt::nn::low_rank_linears_enabled();
+std::function<void()> switched_off(std::atomic<bool>& kernel, Setup& setup) {
+  return [&kernel, &setup] {
     kernel = false;
     setup.step();
     kernel = true;
@@ -94,11 +96,14 @@ void BM_QuantizedBaseBf16Mixed(benchmark::State& state) {
   const ftopt::peft::LoraOptions all{.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
                                      .modules_to_save = {"classifier"}};
   Setup<Bf16, ftopt::peft::Lora> lora(all);
-  Setup<Bf16, ftopt::peft::QLora<ftopt::quant::Int8PerChannel>> int8(all);
-  Setup<Bf16, ftopt::peft::QLora<ftopt::quant::Nf4>> nf4(all);
+  Setup<Bf16, ftopt::peft::QLora<ftopt::quant::Int8PerChannel>> int8(all), int8_apart(all);
+  Setup<Bf16, ftopt::peft::QLora<ftopt::quant::Nf4>> nf4(all), nf4_apart(all);
+  auto& together = ftopt::nn::shared_input_linears_enabled();
   std::vector<ftopt::bench::Contender> contenders = {{"lora", [&] { lora.step(); }},
                                                      {"int8_base", [&] { int8.step(); }},
-                                                     {"nf4_base", [&] { nf4.step(); }}};
+                                                     {"nf4_base", [&] { nf4.step(); }},
+                                                     {"int8_base_one_by_one", switched_off(together, int8_apart)},
+                                                     {"nf4_base_one_by_one", switched_off(together, nf4_apart)}};
   ftopt::bench::side_by_side(state, contenders, 1);
   ftopt::bench::record_peaks(state, contenders);
   const auto mib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
@@ -123,9 +128,10 @@ void BM_DoraBf16Mixed(benchmark::State& state) {
   Setup<Bf16, ftopt::peft::Lora> lora(all);
   all.dora = true;
   Setup<Bf16, ftopt::peft::Lora> dora(all), dora_peft_form(all);
+  auto& kernel = ftopt::nn::low_rank_linears_enabled();  // off: PEFT's form
   std::vector<ftopt::bench::Contender> contenders = {{"lora", [&] { lora.step(); }},
                                                      {"dora", [&] { dora.step(); }},
-                                                     {"dora_peft_form", without_low_rank_kernel(dora_peft_form)}};
+                                                     {"dora_peft_form", switched_off(kernel, dora_peft_form)}};
   ftopt::bench::side_by_side(state, contenders, 1);
   ftopt::bench::record_peaks(state, contenders);
 }
@@ -143,11 +149,12 @@ void BM_WideRankBf16Mixed(benchmark::State& state) {
   Setup<Bf16, ftopt::peft::Lora> lora64(wide), lora64_peft_form(wide);
   const ftopt::peft::VeraOptions vera_options{.r = 256, .targets = every, .modules_to_save = {"classifier"}};
   Setup<Bf16, ftopt::peft::Vera> vera(vera_options), vera_peft_form(vera_options);
+  auto& kernel = ftopt::nn::low_rank_linears_enabled();  // off: PEFT's form
   std::vector<ftopt::bench::Contender> contenders = {{"lora_r8", [&] { lora.step(); }},
                                                      {"lora_r64", [&] { lora64.step(); }},
-                                                     {"lora_r64_peft_form", without_low_rank_kernel(lora64_peft_form)},
+                                                     {"lora_r64_peft_form", switched_off(kernel, lora64_peft_form)},
                                                      {"vera_r256", [&] { vera.step(); }},
-                                                     {"vera_r256_peft_form", without_low_rank_kernel(vera_peft_form)}};
+                                                     {"vera_r256_peft_form", switched_off(kernel, vera_peft_form)}};
   ftopt::bench::side_by_side(state, contenders, 1);
   ftopt::bench::record_peaks(state, contenders);
 }
@@ -165,9 +172,10 @@ void BM_Ia3Bf16Mixed(benchmark::State& state) {
   const ftopt::peft::Ia3Options ia3_options{.targets = {"key", "value", mlp_output}, .feedforward = {mlp_output},
                                            .modules_to_save = {"classifier"}};
   Setup<Bf16, ftopt::peft::Ia3> ia3(ia3_options), ia3_peft_form(ia3_options);
+  auto& kernel = ftopt::nn::low_rank_linears_enabled();  // off: PEFT's form
   std::vector<ftopt::bench::Contender> contenders = {{"lora_r8", [&] { lora.step(); }},
                                                      {"ia3", [&] { ia3.step(); }},
-                                                     {"ia3_peft_form", without_low_rank_kernel(ia3_peft_form)}};
+                                                     {"ia3_peft_form", switched_off(kernel, ia3_peft_form)}};
   ftopt::bench::side_by_side(state, contenders, 1);
   ftopt::bench::record_peaks(state, contenders);
 }

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -215,4 +216,53 @@ TEMPLATE_TEST_CASE("frozen_linear computes x (deq(W) [+ s B A])^T + b and dequan
   CHECK(torch::allclose(bias.grad(), bias2.grad(), 1e-5, 1e-5));
   CHECK(torch::allclose(a.grad(), a2.grad(), 1e-4, 1e-5));
   CHECK(torch::allclose(b.grad(), b2.grad(), 1e-4, 1e-5));
+}
+
+TEMPLATE_TEST_CASE("frozen_linears computes packed layers on one input side by side, each with its term or none",
+                   "[quant][nf4][int8]", quant::Int8PerChannel, quant::Nf4) {
+  // Three layers of widths 32, 16, 32 on one input: the first and last with low-rank terms of
+  // ranks 4 and 2, the middle one without (a merged branch). Expected: each layer's formula
+  // x (deq(W_i) + s_i B_i A_i)^T + b_i written out on float tensors, concatenated.
+  torch::manual_seed(6);
+  const TestType format = [] {
+    if constexpr (std::is_same_v<TestType, quant::Nf4>) return quant::Nf4{.block_size = 64, .scaler_block_size = 4};
+    else return TestType{};
+  }();
+  const std::vector<std::int64_t> widths{32, 16, 32};
+  std::vector<quant::PackedWeight> packed;
+  std::vector<torch::Tensor> w;
+  for (auto out : widths) {
+    packed.push_back(format.quantize(torch::randn({out, 64})));
+    w.push_back(TestType::dequantize(packed.back(), at::kFloat));
+  }
+  const std::array<double, 2> s{0.5, 2.0};
+  const auto small = [](std::int64_t rows, std::int64_t cols) { return (torch::randn({rows, cols}) * 0.1).requires_grad_(); };
+  std::array<torch::Tensor, 2> a{small(4, 64), small(2, 64)};
+  std::array<torch::Tensor, 2> b{small(32, 4), small(32, 2)};
+  auto bias = torch::randn({80}).requires_grad_();
+  auto x = torch::randn({3, 5, 64}).requires_grad_();
+  const std::vector<std::optional<nn::LowRankTerm>> terms{nn::LowRankTerm{a[0], b[0], s[0]}, std::nullopt,
+                                                          nn::LowRankTerm{a[1], b[1], s[1]}};
+  const auto y = quant::frozen_linears<TestType>(x, packed, bias, terms);
+
+  auto x2 = x.detach().clone().requires_grad_(), bias2 = bias.detach().clone().requires_grad_();
+  std::array<torch::Tensor, 2> a2{a[0].detach().clone().requires_grad_(), a[1].detach().clone().requires_grad_()};
+  std::array<torch::Tensor, 2> b2{b[0].detach().clone().requires_grad_(), b[1].detach().clone().requires_grad_()};
+  const auto biases = bias2.split_with_sizes(widths);
+  const auto expected = torch::cat(
+      {torch::linear(x2, w[0], biases[0]) + s[0] * torch::matmul(torch::matmul(x2, a2[0].t()), b2[0].t()),
+       torch::linear(x2, w[1], biases[1]),
+       torch::linear(x2, w[2], biases[2]) + s[1] * torch::matmul(torch::matmul(x2, a2[1].t()), b2[1].t())},
+      -1);
+  REQUIRE(y.sizes() == expected.sizes());
+  CHECK(torch::allclose(y, expected, 1e-5, 1e-5));
+  const auto g = torch::randn_like(expected);
+  (y * g).sum().backward();
+  (expected * g).sum().backward();
+  CHECK(torch::allclose(x.grad(), x2.grad(), 1e-5, 1e-5));
+  CHECK(torch::allclose(bias.grad(), bias2.grad(), 1e-5, 1e-5));
+  for (std::size_t j = 0; j < 2; ++j) {
+    CHECK(torch::allclose(a[j].grad(), a2[j].grad(), 1e-4, 1e-5));
+    CHECK(torch::allclose(b[j].grad(), b2[j].grad(), 1e-4, 1e-5));
+  }
 }

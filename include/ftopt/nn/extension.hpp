@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -65,6 +66,15 @@ struct Extension {
   /// (nn::autocast_input; a quantized frozen base): given that input already cast, it computes
   /// the same, so layers sharing an input may cast it once for all (nn::shared_input_linears).
   virtual bool casts_input_first() const { return false; }
+  /// Layers sharing an input whose extensions all give the same key here are computed together by
+  /// one call of `forward_together` (a quantized base: one GEMM over the layers' dequantized
+  /// weights, nn::shared_input_linears). Null, the default: each layer computes alone.
+  virtual const void* together_key(const Layer& /*layer*/) const { return nullptr; }
+  /// The outputs of `layers` side by side ([*, sum out_i]) from the input as autocast would give
+  /// it; called only with layers whose extensions gave this one's key, and biases on all or none.
+  virtual at::Tensor forward_together(std::span<Layer* const> /*layers*/, const at::Tensor& /*input*/) {
+    throw std::logic_error("nn::Extension::forward_together called on an extension without a together_key");
+  }
 };
 
 /// The attach point a layer holds: empty unless a policy attached something. With nothing

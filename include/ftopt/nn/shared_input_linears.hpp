@@ -10,10 +10,12 @@
 /// additive: an unmerged LoRA branch, whose term is then computed from the same cast input); on
 /// frozen weights whose extensions offer a low-rank term (LoRA, DoRA, VeRA without dropout),
 /// nn::low_rank_linears instead: one GEMM over the merged weights for the forward and the input's
-/// gradient. With any other extension attached (int8, fake-quant, a calibration observer, an
-/// adapter) or biases on some layers only, each layer runs its own forward, unchanged; from one
-/// cast of the input where each would cast it first anyway (a quantized base: QLora), so the
-/// backward keeps one copy of it instead of one per layer.
+/// gradient; where every extension gives the same nn::Extension::together_key (QLora's quantized
+/// bases, their branches without dropout or merged), that extension's forward_together (one GEMM
+/// over the dequantized bases). With any other extension attached (int8, fake-quant, a
+/// calibration observer, an adapter) or biases on some layers only, each layer runs its own
+/// forward, unchanged; from one cast of the input where each would cast it first anyway (a
+/// quantized base with dropout in training): one cast instead of one per layer.
 ///
 /// Values: each output column is the same dot product the layer computes alone. Gradients: the
 /// input's is one GEMM over all outputs' gradients, accumulated in float inside it; separate
@@ -25,6 +27,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -42,19 +45,35 @@ inline std::atomic<bool>& shared_input_linears_enabled() {
   return enabled;
 }
 
+/// The key every layer's extension gives (nn::Extension::together_key) where they all give the
+/// same one and the layers have biases on all or none; null otherwise.
+inline const void* together_key(std::span<LinearImpl* const> layers) {
+  const auto& first = layers[0]->extension();
+  const void* key = first ? first->together_key(*layers[0]) : nullptr;
+  for (auto* layer : layers)
+    if (!key || !layer->extension() || layer->extension()->together_key(*layer) != key ||
+        layer->bias.defined() != layers[0]->bias.defined())
+      return nullptr;
+  return key;
+}
+
 template <std::size_t N>
 std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>& layers, const at::Tensor& x) {
   std::array<at::Tensor, N> out;
   const bool enabled = shared_input_linears_enabled().load(std::memory_order_relaxed);
   std::vector<std::int64_t> widths;
   for (auto* layer : layers) widths.push_back(layer->options.out_features());
-  // Either way the input is cast once for every layer (and every additive term) where autocast
-  // would cast it per layer.
-  if (auto group = enabled ? low_rank_group(layers) : std::nullopt) {
-    const auto parts = low_rank_linears(*group, autocast_input(x)).split_with_sizes(widths, -1);
+  const auto split = [&](const at::Tensor& side_by_side) {
+    const auto parts = side_by_side.split_with_sizes(widths, -1);
     std::copy(parts.begin(), parts.end(), out.begin());
     return out;
-  }
+  };
+  // Either way the input is cast once for every layer (and every additive term) where autocast
+  // would cast it per layer.
+  if (auto group = enabled ? low_rank_group(layers) : std::nullopt)
+    return split(low_rank_linears(*group, autocast_input(x)));
+  if (enabled && together_key(layers))
+    return split(layers[0]->extension()->forward_together(layers, autocast_input(x)));
   bool fusable = enabled;
   const bool with_bias = layers[0]->bias.defined();
   for (auto* layer : layers) {

@@ -34,6 +34,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,6 +81,26 @@ public:
     if (branch_->merged()) return quant::frozen_linear<Format>(input, packed_, layer.bias);
     if (const auto term = branch_->low_rank(layer)) return quant::frozen_linear<Format>(input, packed_, layer.bias, *term);
     return quant::frozen_linear<Format>(input, packed_, layer.bias) + branch_->added(layer, input);
+  }
+
+  /// Layers on one input with bases in this format (a ViT's query, key and value) run as one GEMM
+  /// over their dequantized bases, each with its term, while every branch is merged or offers a
+  /// term (no dropout in training).
+  const void* together_key(const nn::LinearImpl& layer) const override {
+    static const char format_key = 0;
+    return branch_->merged() || branch_->low_rank(layer) ? &format_key : nullptr;
+  }
+  at::Tensor forward_together(std::span<nn::LinearImpl* const> layers, const at::Tensor& input) override {
+    std::vector<quant::PackedWeight> packed;
+    std::vector<std::optional<nn::LowRankTerm>> terms;
+    std::vector<at::Tensor> biases;
+    for (auto* layer : layers) {
+      const auto& base = dynamic_cast<const QuantizedBase&>(*layer->extension());
+      packed.push_back(base.packed_);
+      terms.push_back(base.branch_->merged() ? std::nullopt : base.branch_->low_rank(*layer));
+      if (layer->bias.defined()) biases.push_back(layer->bias);
+    }
+    return quant::frozen_linears<Format>(input, packed, biases.empty() ? at::Tensor() : at::cat(biases), terms);
   }
 
   /// The base back in float (the layer's dtype) with the branch attached in its place; the

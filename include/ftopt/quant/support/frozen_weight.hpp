@@ -20,15 +20,19 @@
 ///   at::Tensor w = quant::Nf4::dequantize(packed, at::kFloat);      // [out, in]
 ///   at::Tensor y = quant::frozen_linear<quant::Nf4>(x, packed, bias);  // dequantized again in backward
 ///   at::Tensor z = quant::frozen_linear<quant::Nf4>(x, packed, bias, {lora_a, lora_b, scaling});
+///   at::Tensor qkv = quant::frozen_linears<quant::Nf4>(x, packs, biases, terms);  // side by side
 ///
 /// frozen_linear keeps only the packed weight for the backward and dequantizes it again there
 /// (torchtune's linear_nf4 does the same), so no float copy of the base outlives its GEMM. With a
-/// LoRA term it computes as nn::low_rank_linears does, one GEMM over W + s B A.
+/// LoRA term it computes as nn::low_rank_linears does, one GEMM over W + s B A; frozen_linears
+/// does the same for several layers on one input, one GEMM over their stacked weights.
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -197,36 +201,76 @@ at::Tensor frozen_weight(const PackedWeight& packed, const at::Tensor& a, const 
   return at::addmm(Format::dequantize(packed, at::kFloat), b.to(at::kFloat), a.to(at::kFloat), 1, scaling).to(dtype);
 }
 
-/// y = x W'^T + b for W' = deq(W) + s B A (or deq(W) alone, without a and b), one GEMM; W' is
-/// formed again for the input's gradient, so the graph keeps the packed W, the input and the
-/// rank-r product u = x A^T, as nn::low_rank_linears keeps them for a float W:
-///     dx = dy W'      dB = s dy^T u      dA = s (dy B)^T x
+/// What a group's terms are, beside their tensors: term j belongs to layer term_layer[j] and is
+/// scaled by scalings[j]; a layer without a term (a merged branch) computes with deq(W) alone.
+struct FrozenTerms {
+  std::vector<double> scalings;
+  std::vector<std::int64_t> term_layer;
+};
+
+/// The group's weights deq(W_i) [+ s_j B_j A_j], stacked in `dtype`.
 template <class Format>
-class FrozenLinearFunction : public torch::autograd::Function<FrozenLinearFunction<Format>> {
+at::Tensor frozen_weights(std::span<const PackedWeight> packed, at::TensorList as, at::TensorList bs,
+                          const FrozenTerms& terms, at::ScalarType dtype) {
+  std::vector<at::Tensor> stacked;
+  for (std::size_t i = 0; i < packed.size(); ++i) {
+    const auto j = std::ranges::find(terms.term_layer, static_cast<std::int64_t>(i)) - terms.term_layer.begin();
+    stacked.push_back(j < std::ssize(terms.term_layer)
+                          ? frozen_weight<Format>(packed[i], as[j], bs[j], terms.scalings[j], dtype)
+                          : Format::dequantize(packed[i], dtype));
+  }
+  return stacked.size() == 1 ? stacked[0] : at::cat(stacked);
+}
+
+/// y = x W'^T + b for the stacked W' of a group of packed frozen layers on one input, one GEMM;
+/// W' is formed again for the input's gradient, so the graph keeps the packed weights, the input
+/// and the rank-r products u_j = x A_j^T, as nn::low_rank_linears keeps them for float weights:
+///     dx = dy W'      dB_j = s_j dy_i^T u_j      dA_j = s_j (dy_i B_j)^T x
+/// dy_i the columns of layer i, the one term j belongs to.
+template <class Format>
+class FrozenLinearsFunction : public torch::autograd::Function<FrozenLinearsFunction<Format>> {
 public:
   using Context = torch::autograd::AutogradContext;
 
-  /// `bias` holds the bias or nothing, `term` A and B or nothing: autograd takes no undefined
-  /// tensor as an input, and one in a list is none.
+  /// `bias` holds the layers' biases stacked, or nothing; as and bs the terms' A and B, laid out as
+  /// scalings and term_layer say (FrozenTerms). Autograd takes no undefined tensor as an input,
+  /// and an empty list is none.
   static torch::autograd::variable_list forward(Context* ctx, const at::Tensor& input, at::TensorList bias,
-                                                at::TensorList term, const PackedWeight& packed, double scaling) {
+                                                at::TensorList as, at::TensorList bs,
+                                                const std::vector<PackedWeight>& packed, std::vector<double> scalings,
+                                                std::vector<std::int64_t> term_layer) {
     auto guard = nn::detail::no_autocast();
     const auto dtype = input.scalar_type();
-    const at::Tensor a = term.empty() ? at::Tensor() : term[0], b = term.empty() ? at::Tensor() : term[1];
-    const at::Tensor w = frozen_weight<Format>(packed, a, b, scaling, dtype);
+    const FrozenTerms terms{scalings, term_layer};
+    const at::Tensor w = frozen_weights<Format>(packed, as, bs, terms, dtype);
     const at::Tensor y = at::linear(input, w, bias.empty() ? at::Tensor() : bias[0].to(dtype));
-    if (a.defined()) {
-      const at::Tensor u = at::mm(input.reshape({-1, input.size(-1)}), a.to(dtype).t());
-      ctx->save_for_backward({input, u, a, b});
+    if (!as.empty()) {
+      const at::Tensor u = at::mm(input.reshape({-1, input.size(-1)}), at::cat(as).to(dtype).t());  // [tokens, sum r_j]
+      torch::autograd::variable_list saved{input, u};
+      saved.insert(saved.end(), as.begin(), as.end());
+      saved.insert(saved.end(), bs.begin(), bs.end());
+      ctx->save_for_backward(saved);
+    }
+    // The packed tensors as lists, one entry per layer (a format has all four or the same ones).
+    std::vector<std::int64_t> shapes, blocks;
+    std::vector<at::Tensor> data, scales, factors, means;
+    for (const auto& p : packed) {
+      shapes.insert(shapes.end(), p.shape.begin(), p.shape.end());
+      blocks.insert(blocks.end(), {p.block_size, p.scaler_block_size});
+      data.push_back(p.data);
+      scales.push_back(p.scales);
+      if (p.factors.defined()) factors.push_back(p.factors);
+      if (p.mean.defined()) means.push_back(p.mean);
     }
     auto& saved = ctx->saved_data;
-    saved["data"] = packed.data;
-    saved["scales"] = packed.scales;
-    if (packed.factors.defined()) saved["factors"] = packed.factors;
-    if (packed.mean.defined()) saved["mean"] = packed.mean;
-    saved["shape"] = packed.shape;
-    saved["blocks"] = std::vector<std::int64_t>{packed.block_size, packed.scaler_block_size};
-    saved["scaling"] = scaling;
+    saved["data"] = data;
+    saved["scales"] = scales;
+    saved["factors"] = factors;
+    saved["means"] = means;
+    saved["shapes"] = shapes;
+    saved["blocks"] = blocks;
+    saved["scalings"] = scalings;
+    saved["term_layer"] = term_layer;
     saved["input_sizes"] = input.sizes().vec();
     saved["input_dtype"] = dtype;
     saved["biases"] = static_cast<std::int64_t>(bias.size());
@@ -238,30 +282,45 @@ public:
     auto guard = nn::detail::no_autocast();
     auto& saved = ctx->saved_data;
     const auto dtype = saved["input_dtype"].toScalarType();
-    const double s = saved["scaling"].toDouble();
+    const FrozenTerms terms{saved["scalings"].toDoubleVector(), saved["term_layer"].toIntVector()};
+    const std::size_t count = terms.term_layer.size();
     const auto biases = static_cast<std::size_t>(saved["biases"].toInt());
-    const auto tensors = ctx->get_saved_variables();
-    const at::Tensor a = tensors.empty() ? at::Tensor() : tensors[2], b = tensors.empty() ? at::Tensor() : tensors[3];
+    const auto tensors = ctx->get_saved_variables();  // input, u, as..., bs... (with terms)
+    const at::TensorList as = count ? at::TensorList(tensors).slice(2, count) : at::TensorList();
+    const at::TensorList bs = count ? at::TensorList(tensors).slice(2 + count, count) : at::TensorList();
+    const auto data = saved["data"].toTensorVector(), scales = saved["scales"].toTensorVector(),
+               factors = saved["factors"].toTensorVector(), means = saved["means"].toTensorVector();
+    const auto shapes = saved["shapes"].toIntVector(), blocks = saved["blocks"].toIntVector();
+    std::vector<PackedWeight> packed;
+    std::vector<std::int64_t> row{0};  // each layer's first output column
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      packed.push_back({.data = data[i],
+                        .scales = scales[i],
+                        .factors = factors.empty() ? at::Tensor() : factors[i],
+                        .mean = means.empty() ? at::Tensor() : means[i],
+                        .shape = {shapes[2 * i], shapes[2 * i + 1]},
+                        .block_size = blocks[2 * i],
+                        .scaler_block_size = blocks[2 * i + 1]});
+      row.push_back(row.back() + shapes[2 * i]);
+    }
     const at::Tensor g = grad_outputs[0].to(dtype);
     const at::Tensor flat = g.reshape({-1, g.size(-1)});
-    // One gradient per input: input, the bias (if any), A and B (if any), packed, scaling.
-    torch::autograd::variable_list grads(1 + biases + (a.defined() ? 2 : 0) + 2);
-    if (ctx->needs_input_grad(0)) {
-      const auto blocks = saved["blocks"].toIntVector();
-      const PackedWeight packed{.data = saved["data"].toTensor(),
-                                .scales = saved["scales"].toTensor(),
-                                .factors = saved.count("factors") ? saved["factors"].toTensor() : at::Tensor(),
-                                .mean = saved.count("mean") ? saved["mean"].toTensor() : at::Tensor(),
-                                .shape = saved["shape"].toIntVector(),
-                                .block_size = blocks[0],
-                                .scaler_block_size = blocks[1]};
-      grads[0] = at::mm(flat, frozen_weight<Format>(packed, a, b, s, dtype)).view(saved["input_sizes"].toIntVector());
-    }
+    // One gradient per input: input, the bias (if any), as..., bs..., packed, scalings, term_layer.
+    torch::autograd::variable_list grads(1 + biases + 2 * count + 3);
+    if (ctx->needs_input_grad(0))
+      grads[0] = at::mm(flat, frozen_weights<Format>(packed, as, bs, terms, dtype))
+                     .view(saved["input_sizes"].toIntVector());
     if (biases == 1 && ctx->needs_input_grad(1)) grads[1] = flat.sum(0).to(saved["bias_dtype"].toScalarType());
-    if (a.defined()) {
-      const at::Tensor x = tensors[0].reshape({-1, tensors[0].size(-1)});
-      std::tie(grads[1 + biases], grads[2 + biases]) =
-          nn::detail::low_rank_grads(flat, x, tensors[1], b.to(dtype), s, a.scalar_type());
+    if (count == 0) return grads;
+    const at::Tensor x = tensors[0].reshape({-1, tensors[0].size(-1)});
+    std::int64_t rank_begin = 0;
+    for (std::size_t j = 0; j < count; ++j) {
+      const auto i = static_cast<std::size_t>(terms.term_layer[j]);
+      const std::int64_t r = as[j].size(0);
+      const at::Tensor g_i = flat.narrow(1, row[i], row[i + 1] - row[i]), u_j = tensors[1].narrow(1, rank_begin, r);
+      std::tie(grads[1 + biases + j], grads[1 + biases + count + j]) =
+          nn::detail::low_rank_grads(g_i, x, u_j, bs[j].to(dtype), terms.scalings[j], as[j].scalar_type());
+      rank_begin += r;
     }
     return grads;
   }
@@ -269,11 +328,35 @@ public:
 
 } // namespace detail
 
+/// Packed frozen layers on one input (a ViT's query, key and value), each with a trainable
+/// low-rank term or none (terms[i], a LoRA branch without dropout or a merged one), and their
+/// biases stacked or none: x (deq(W_i) + s_i B_i A_i)^T + b_i side by side ([*, sum out_i]), one
+/// GEMM over the stacked weights, formed again in the backward. The input in the compute dtype
+/// (nn::autocast_input under autocast).
+template <class Format>
+at::Tensor frozen_linears(const at::Tensor& input, std::span<const PackedWeight> packed, const at::Tensor& bias,
+                          std::span<const std::optional<nn::LowRankTerm>> terms) {
+  std::vector<at::Tensor> as, bs;
+  detail::FrozenTerms layout;
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    if (!terms[i]) continue;
+    as.push_back(terms[i]->a);
+    bs.push_back(terms[i]->b);
+    layout.scalings.push_back(terms[i]->scaling);
+    layout.term_layer.push_back(static_cast<std::int64_t>(i));
+  }
+  return detail::FrozenLinearsFunction<Format>::apply(input, nn::detail::present(bias), at::TensorList(as),
+                                                      at::TensorList(bs),
+                                                      std::vector<PackedWeight>(packed.begin(), packed.end()),
+                                                      layout.scalings, layout.term_layer)[0];
+}
+
 /// x W^T + b for a packed frozen W, in x's dtype (cast x with nn::autocast_input first under
 /// autocast); the bias may train.
 template <class Format>
 at::Tensor frozen_linear(const at::Tensor& input, const PackedWeight& packed, const at::Tensor& bias) {
-  return detail::FrozenLinearFunction<Format>::apply(input, nn::detail::present(bias), at::TensorList(), packed, 1.0)[0];
+  const std::optional<nn::LowRankTerm> none;
+  return frozen_linears<Format>(input, {&packed, 1}, bias, {&none, 1});
 }
 
 /// x (W + s B A)^T + b for a packed frozen W and a trainable low-rank term (a LoRA branch without
@@ -281,9 +364,8 @@ at::Tensor frozen_linear(const at::Tensor& input, const PackedWeight& packed, co
 template <class Format>
 at::Tensor frozen_linear(const at::Tensor& input, const PackedWeight& packed, const at::Tensor& bias,
                          const nn::LowRankTerm& term) {
-  const std::array<at::Tensor, 2> ab{term.a, term.b};
-  return detail::FrozenLinearFunction<Format>::apply(input, nn::detail::present(bias), at::TensorList(ab), packed,
-                                                     term.scaling)[0];
+  const std::optional<nn::LowRankTerm> one = term;
+  return frozen_linears<Format>(input, {&packed, 1}, bias, {&one, 1});
 }
 
 } // namespace ftopt::quant
