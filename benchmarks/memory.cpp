@@ -1,7 +1,8 @@
 // Memory policies side by side in one run: step time, peak memory and the activations kept for
 // the backward, with and without checkpointing on a 12-block ViT; plain against chunked
 // attention at a long sequence; the largest batch that fits a fixed memory budget; and AdamW
-// against optim::AdamW8bit on the d-256 ViT (state memory and step time).
+// against optim::AdamW8bit on the d-256 ViT (state memory and step time; the whole peak of
+// AdamW8bit stepped in the backward over the batch size).
 //
 //   build/benchmarks/bench_memory
 //
@@ -123,11 +124,11 @@ double adamw_state_mib(const torch::optim::AdamW& optimizer) {
 /// MiB live at the peak of a training step of a setup built alone (model, optimizer state,
 /// gradients, activations): everything it allocates is tracked.
 template <class Memory, class Optimizer>
-double whole_step_peak_mib(Memory memory) {
+double whole_step_peak_mib(Memory memory, std::int64_t batch = 64) {
   using ftopt::memory::PeakMemory;
   PeakMemory::reset();  // installs the tracker before anything of the setup exists
   const auto before = PeakMemory::current();
-  Setup<Memory, Optimizer, ftopt::precision::Bf16Mixed> setup(ftopt::bench::vit_d256, std::move(memory), 64);
+  Setup<Memory, Optimizer, ftopt::precision::Bf16Mixed> setup(ftopt::bench::vit_d256, std::move(memory), batch);
   setup.step();
   setup.step();  // the optimizer's state exists
   PeakMemory::reset();
@@ -176,8 +177,26 @@ void BM_AdamW8bitViT256(benchmark::State& state) {
   state.counters["adamw8bit_optimizer_step_us"] = ftopt::bench::median(seconds[1]) * 1e6;
 }
 
+/// The same whole peaks over the batch size (the argument): where the weights, gradients and
+/// optimizer state outweigh the activations, AdamW8bit stepped in the backward halves the peak;
+/// where the activations dominate, only checkpointing moves it.
+void BM_InBackwardPeakByBatch(benchmark::State& state) {
+  at::set_num_threads(ftopt::hardware::available_cpus());
+  const std::int64_t batch = state.range(0);
+  using InBackward = ftopt::memory::OptimizerInBackward<>;
+  for (auto _ : state) {
+    const double adamw = whole_step_peak_mib<ftopt::memory::None, torch::optim::AdamW>({}, batch);
+    const double in_backward = whole_step_peak_mib<InBackward, ftopt::optim::AdamW8bit>({}, batch);
+    state.counters["adamw_whole_peak_MiB"] = adamw;
+    state.counters["adamw8bit_in_backward_whole_peak_MiB"] = in_backward;
+    state.counters["in_backward_peak_ratio"] = in_backward / adamw;
+  }
+}
+
 } // namespace
 
+BENCHMARK(BM_InBackwardPeakByBatch)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->Arg(64)
+    ->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_AdamW8bitViT256)->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_CheckpointViT12)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_ChunkedAttention785)->Unit(benchmark::kMillisecond)->Iterations(3);
