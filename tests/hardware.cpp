@@ -1,6 +1,8 @@
 // Tests for include/ftopt/hardware.hpp.
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <atomic>
 #include <filesystem>
 
 #include <ATen/Parallel.h>
@@ -20,6 +22,22 @@ TEST_CASE("configure sets intra-op threads and reports the machine", "[hardware]
   CHECK(automatic.threads >= 1);
   CHECK(automatic.threads <= ftopt::hardware::available_cpus());
   at::set_num_threads(before);
+}
+
+TEST_CASE("ftopt's kernels run on LibTorch's intra-op threads", "[hardware]") {
+  // at::parallel_for, which ftopt's kernels call, is inline in ATen's headers: where LibTorch
+  // threads with OpenMP, a file compiled without it runs every chunk on the calling thread.
+  // ftopt's CMake package compiles OpenMP in; two chunks on two threads then run on two.
+  CHECK(ftopt::hardware::kernels_threaded);
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  std::array<std::atomic<int>, 2> ran_on{-1, -1};
+  at::parallel_for(0, 2, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) ran_on[static_cast<std::size_t>(i)] = at::get_thread_num();
+  });
+  at::set_num_threads(before);
+  CHECK(ran_on[0] == 0);
+  CHECK(ran_on[1] == 1);
 }
 
 TEST_CASE("the BLAS in the report is the one ATen loaded", "[hardware]") {

@@ -21,6 +21,7 @@
 
 #include <c10/core/Device.h>
 
+#include <ATen/Config.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>
@@ -29,6 +30,16 @@
 #include <ftopt/error.hpp>
 
 namespace ftopt::hardware {
+
+/// Whether ftopt's own CPU kernels (the 8-bit optimizer step, NF4 dequantization, attention's
+/// small products) run on LibTorch's intra-op threads in this source file. at::parallel_for is
+/// inline in ATen's headers; where LibTorch threads with OpenMP, it uses more than the calling
+/// thread only in code compiled with OpenMP, which ftopt's CMake package adds (docs/build.md).
+#if AT_PARALLEL_OPENMP && !defined(_OPENMP)
+inline constexpr bool kernels_threaded = false;
+#else
+inline constexpr bool kernels_threaded = true;
+#endif
 
 /// What configure() found and set.
 struct Report {
@@ -42,7 +53,7 @@ struct Report {
   std::string summary() const {
     std::ostringstream line;
     line << "LibTorch " << libtorch << " | BLAS " << blas << " | threads " << threads
-         << " | bf16 " << (bf16 ? "yes" : "no") << " | VNNI " << (vnni ? "yes" : "no")
+         << (threads > 1 && !kernels_threaded ? " (ftopt's kernels 1: compiled without OpenMP)" : "") << " | bf16 " << (bf16 ? "yes" : "no") << " | VNNI " << (vnni ? "yes" : "no")
          << " | device " << device;
     return line.str();
   }
