@@ -63,6 +63,27 @@ std::pair<std::vector<int>, std::vector<float>> nf4_by_definition(const std::vec
   return {codes, out};
 }
 
+/// The format under test with blocks small enough for the tests' 64-wide weights.
+template <class Format>
+Format small_format() {
+  if constexpr (std::is_same_v<Format, quant::Nf4>) return quant::Nf4{.block_size = 64, .scaler_block_size = 4};
+  else return Format{};
+}
+
+/// y against its expected value, then both backward from one random output gradient: the
+/// gradients of `inputs` (y's side) against those of `expected_inputs`, relative tolerance `rtol`.
+void check_against(const torch::Tensor& y, const torch::Tensor& expected, const std::vector<torch::Tensor>& inputs,
+                   const std::vector<torch::Tensor>& expected_inputs, double rtol = 1e-5) {
+  CHECK(torch::allclose(y, expected, 1e-5, 1e-5));
+  const auto g = torch::randn_like(expected);
+  (y * g).sum().backward();
+  (expected * g).sum().backward();
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    INFO("gradient " << i);
+    CHECK(torch::allclose(inputs[i].grad(), expected_inputs[i].grad(), rtol, 1e-5));
+  }
+}
+
 } // namespace
 
 TEST_CASE("The NF4 levels are bitsandbytes' normal quantiles with offset 0.9677083", "[quant][nf4]") {
@@ -169,10 +190,7 @@ TEST_CASE("An NF4 block size that does not divide the weight is an error naming 
 TEMPLATE_TEST_CASE("frozen_linear computes x (deq(W) [+ s B A])^T + b and dequantizes again for the input's gradient",
                    "[quant][nf4][int8]", quant::Int8PerChannel, quant::Nf4) {
   torch::manual_seed(5);
-  const TestType format = [] {
-    if constexpr (std::is_same_v<TestType, quant::Nf4>) return quant::Nf4{.block_size = 64, .scaler_block_size = 4};
-    else return TestType{};
-  }();
+  const auto format = small_format<TestType>();
   const auto packed = format.quantize(torch::randn({32, 64}));
   const auto w = TestType::dequantize(packed, at::kFloat);
   auto bias = torch::randn({32}).requires_grad_();
@@ -181,12 +199,7 @@ TEMPLATE_TEST_CASE("frozen_linear computes x (deq(W) [+ s B A])^T + b and dequan
   auto x2 = x.detach().clone().requires_grad_();
   auto bias2 = bias.detach().clone().requires_grad_();
   const auto expected = torch::linear(x2, w, bias2);
-  CHECK(torch::allclose(y, expected, 1e-5, 1e-5));
-  const auto g = torch::randn_like(expected);
-  (y * g).sum().backward();
-  (expected * g).sum().backward();
-  CHECK(torch::allclose(x.grad(), x2.grad(), 1e-5, 1e-5));
-  CHECK(torch::allclose(bias.grad(), bias2.grad(), 1e-5, 1e-5));
+  check_against(y, expected, {x, bias}, {x2, bias2});
   // A Linear without bias.
   CHECK(torch::allclose(quant::frozen_linear<TestType>(x.detach(), packed, at::Tensor()), torch::linear(x.detach(), w),
                         1e-5, 1e-5));
@@ -209,13 +222,7 @@ TEMPLATE_TEST_CASE("frozen_linear computes x (deq(W) [+ s B A])^T + b and dequan
     if (t->grad().defined()) t->mutable_grad().reset();
   const auto z = quant::frozen_linear<TestType>(x, packed, bias, {a, b, 0.5});
   const auto z2 = torch::linear(x2, w, bias2) + 0.5 * torch::matmul(torch::matmul(x2, a2.t()), b2.t());
-  CHECK(torch::allclose(z, z2, 1e-5, 1e-5));
-  (z * g).sum().backward();
-  (z2 * g).sum().backward();
-  CHECK(torch::allclose(x.grad(), x2.grad(), 1e-5, 1e-5));
-  CHECK(torch::allclose(bias.grad(), bias2.grad(), 1e-5, 1e-5));
-  CHECK(torch::allclose(a.grad(), a2.grad(), 1e-4, 1e-5));
-  CHECK(torch::allclose(b.grad(), b2.grad(), 1e-4, 1e-5));
+  check_against(z, z2, {x, bias, a, b}, {x2, bias2, a2, b2}, 1e-4);  // A's and B's: longer sums
 }
 
 TEMPLATE_TEST_CASE("frozen_linears computes packed layers on one input side by side, each with its term or none",
@@ -224,10 +231,7 @@ TEMPLATE_TEST_CASE("frozen_linears computes packed layers on one input side by s
   // ranks 4 and 2, the middle one without (a merged branch). Expected: each layer's formula
   // x (deq(W_i) + s_i B_i A_i)^T + b_i written out on float tensors, concatenated.
   torch::manual_seed(6);
-  const TestType format = [] {
-    if constexpr (std::is_same_v<TestType, quant::Nf4>) return quant::Nf4{.block_size = 64, .scaler_block_size = 4};
-    else return TestType{};
-  }();
+  const auto format = small_format<TestType>();
   const std::vector<std::int64_t> widths{32, 16, 32};
   std::vector<quant::PackedWeight> packed;
   std::vector<torch::Tensor> w;
@@ -255,14 +259,5 @@ TEMPLATE_TEST_CASE("frozen_linears computes packed layers on one input side by s
        torch::linear(x2, w[2], biases[2]) + s[1] * torch::matmul(torch::matmul(x2, a2[1].t()), b2[1].t())},
       -1);
   REQUIRE(y.sizes() == expected.sizes());
-  CHECK(torch::allclose(y, expected, 1e-5, 1e-5));
-  const auto g = torch::randn_like(expected);
-  (y * g).sum().backward();
-  (expected * g).sum().backward();
-  CHECK(torch::allclose(x.grad(), x2.grad(), 1e-5, 1e-5));
-  CHECK(torch::allclose(bias.grad(), bias2.grad(), 1e-5, 1e-5));
-  for (std::size_t j = 0; j < 2; ++j) {
-    CHECK(torch::allclose(a[j].grad(), a2[j].grad(), 1e-4, 1e-5));
-    CHECK(torch::allclose(b[j].grad(), b2[j].grad(), 1e-4, 1e-5));
-  }
+  check_against(y, expected, {x, bias, a[0], a[1], b[0], b[1]}, {x2, bias2, a2[0], a2[1], b2[0], b2[1]}, 1e-4);
 }
