@@ -20,6 +20,7 @@
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/models/vit.hpp>
 
+#include "machine.hpp"
 #include "side_by_side.hpp"
 
 namespace {
@@ -90,4 +91,4 @@ BENCHMARK(BM_ViTWeightedSum)->Unit(benchmark::kMillisecond)->Iterations(50);
 BENCHMARK(BM_ViTAttention)->Unit(benchmark::kMillisecond)->Iterations(50);
 BENCHMARK(BM_Item64Cubed)->Unit(benchmark::kMillisecond)->Iterations(50);
 BENCHMARK(BM_Item128Cubed)->Unit(benchmark::kMillisecond)->Iterations(50);
-BENCHMARK_MAIN();
+FTOPT_BENCHMARK_MAIN();

@@ -11,6 +11,7 @@
 
 #include <ftopt.hpp>
 
+#include "machine.hpp"
 #include "side_by_side.hpp"
 
 namespace {
@@ -73,4 +74,4 @@ const bool registered = [] {
 
 } // namespace
 
-BENCHMARK_MAIN();
+FTOPT_BENCHMARK_MAIN();

@@ -11,6 +11,7 @@
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/weights/state_dict.hpp>
 
+#include "machine.hpp"
 #include "side_by_side.hpp"
 
 namespace {
@@ -48,4 +49,4 @@ void BM_Conv2d(benchmark::State& state) {
 BENCHMARK(BM_LinearSmall)->Unit(benchmark::kMicrosecond)->MinTime(1.0);
 BENCHMARK(BM_LinearLarge)->Unit(benchmark::kMicrosecond)->MinTime(1.0);
 BENCHMARK(BM_Conv2d)->Unit(benchmark::kMicrosecond)->MinTime(1.0);
-BENCHMARK_MAIN();
+FTOPT_BENCHMARK_MAIN();

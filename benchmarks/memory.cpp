@@ -13,6 +13,7 @@
 
 #include <ftopt.hpp>
 
+#include "machine.hpp"
 #include "models.hpp"
 #include "side_by_side.hpp"
 
@@ -201,4 +202,4 @@ BENCHMARK(BM_AdamW8bitViT256)->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_CheckpointViT12)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_ChunkedAttention785)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_LargestBatchUnder256MiB)->Unit(benchmark::kSecond)->Iterations(1);
-BENCHMARK_MAIN();
+FTOPT_BENCHMARK_MAIN();

@@ -15,6 +15,7 @@
 
 #include <ftopt.hpp>
 
+#include "machine.hpp"
 #include "models.hpp"
 #include "side_by_side.hpp"
 
@@ -188,4 +189,4 @@ BENCHMARK(BM_QuantizedBaseBf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(
 BENCHMARK(BM_DoraBf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_WideRankBf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_Ia3Bf16Mixed)->Unit(benchmark::kMillisecond)->Iterations(3);
-BENCHMARK_MAIN();
+FTOPT_BENCHMARK_MAIN();

@@ -20,6 +20,7 @@
 #include <ftopt/hardware.hpp>
 #include <ftopt/pipeline.hpp>
 
+#include "machine.hpp"
 #include "side_by_side.hpp"
 
 namespace {
@@ -96,4 +97,4 @@ void BM_JpegLoading(benchmark::State& state) {
 } // namespace
 
 BENCHMARK(BM_JpegLoading)->Unit(benchmark::kMillisecond)->Iterations(5);
-BENCHMARK_MAIN();
+FTOPT_BENCHMARK_MAIN();

@@ -8,6 +8,7 @@
 
 #include <ftopt.hpp>
 
+#include "machine.hpp"
 #include "models.hpp"
 #include "side_by_side.hpp"
 
@@ -64,4 +65,4 @@ void BM_ResNetStep(benchmark::State& state) {
 
 BENCHMARK(BM_ViTStep)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_ResNetStep)->Unit(benchmark::kMillisecond)->Iterations(5);
-BENCHMARK_MAIN();
+FTOPT_BENCHMARK_MAIN();

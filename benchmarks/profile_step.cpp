@@ -6,8 +6,11 @@
 //   build/benchmarks/bench_profile_step [fp32|bf16] [full|lora|mlp|infer|infer-int8] [steps] [shapes]
 // ("mlp": bench_python_peer's 784-64-10 MLP, batch 32, with optim::FusedAdamW; "infer": the
 // ViT's forward in eval mode, batch 256, and "infer-int8" the same after quant::DynamicInt8.)
-// ("shapes" keys each row by the op's input shapes too.)
+// ("shapes" keys each row by the op's input shapes too.) With FTOPT_PROFILE_OUT=FILE it also
+// writes the table as JSON in Google Benchmark's shape (one run per op, ms per step, with the
+// machine's context), which scripts/report.py --store files as profile_step_<precision>_<what>.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
@@ -17,11 +20,16 @@
 #include <type_traits>
 #include <vector>
 
+#include <ctime>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
 
+#include "machine.hpp"
 #include "models.hpp"
 
 namespace {
@@ -69,6 +77,41 @@ std::map<std::string, Row> self_times(const prof::thread_event_lists& lists, boo
   return rows;
 }
 
+/// The rows as JSON in Google Benchmark's shape, to FTOPT_PROFILE_OUT's file (if set): the step
+/// unprofiled and profiled, then each op with its ms per step, share and calls per step.
+void write_json(const std::vector<std::pair<std::string, Row>>& sorted, double total_us, int steps,
+                const std::string& what, double unprofiled_ms, double profiled_ms) {
+  const char* path = std::getenv("FTOPT_PROFILE_OUT");
+  if (path == nullptr) return;
+  namespace fb = ftopt::bench;
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S+00:00", std::gmtime(&now));
+  std::string name = "profile_step_" + what;
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  name.erase(std::unique(name.begin(), name.end(), [](char a, char b) { return a == '_' && b == '_'; }), name.end());
+  nlohmann::json out;
+  out["context"] = {{"date", date}, {"executable", "bench_" + name},
+                    {"num_cpus", ftopt::hardware::available_cpus()}, {"cpu_model", fb::cpuinfo_field("model name")},
+                    {"cpu_flags", fb::cpuinfo_field("flags")},
+                    {"machine", fb::machine_type(fb::cpuinfo_field("vendor_id"), fb::cpuinfo_field("flags"))},
+                    {"libtorch", TORCH_VERSION}, {"threads", std::to_string(at::get_num_threads())}, {"what", what}};
+  auto run = [](const std::string& op, double ms) {
+    return nlohmann::json{{"name", op}, {"run_name", op}, {"run_type", "iteration"}, {"iterations", 1},
+                          {"real_time", ms}, {"cpu_time", ms}, {"time_unit", "ms"}};
+  };
+  out["benchmarks"] = {run("step unprofiled", unprofiled_ms), run("step profiled", profiled_ms)};
+  for (const auto& [op, row] : sorted) {
+    if (row.self_us / total_us < 0.002) break;
+    auto r = run(op, row.self_us / 1e3 / steps);
+    r["share_pct"] = 100 * row.self_us / total_us;
+    r["calls"] = static_cast<double>(row.calls) / steps;
+    out["benchmarks"].push_back(r);
+  }
+  std::ofstream(path) << out.dump(1) << "\n";
+}
+
 /// The rows, largest self time first, down to 0.2% of the total.
 void print(const std::map<std::string, Row>& rows, int steps, const std::string& what, double unprofiled_ms,
            double profiled_ms) {
@@ -84,6 +127,7 @@ void print(const std::map<std::string, Row>& rows, int steps, const std::string&
     std::printf("%-60s %10.2f %6.1f%% %8.1f\n", name.c_str(), row.self_us / 1e3 / steps, 100 * row.self_us / total_us,
                 static_cast<double>(row.calls) / steps);
   }
+  write_json(sorted, total_us, steps, what, unprofiled_ms, profiled_ms);
 }
 
 /// Times `steps` calls of `run` unprofiled, then profiles as many and prints the table.

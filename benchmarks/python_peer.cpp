@@ -1,27 +1,37 @@
 // ftopt against Python doing the same work on the same machine, side by side in one run: each
-// iteration runs one ftopt training step and one step of each Python process (python_peer.py:
-// transformers' ViT and PEFT's LoRA, eager and under torch.compile), in a rotating order, so
-// machine noise falls on all three alike. Both sides use the same thread count, take turns (a
-// waiting Python blocks on a read), and time their own step; Python reports its time over a pipe.
+// iteration runs one step of every contender, in a rotating order, so machine noise falls on all
+// of them alike. Both sides use the same thread count, take turns (a waiting Python blocks on a
+// read), and time their own step; Python (python_peer.py) reports its time over a pipe.
 //
-//   FTOPT_BENCH_THREADS=2 build/benchmarks/bench_python_peer     (prints a table at the end)
+//   FTOPT_BENCH_THREADS=2 build/benchmarks/bench_python_peer
+//       --benchmark_out=python_peer.json --benchmark_out_format=json     (scripts/bench.sh runs it)
 //
-// Cases, as issues 18 and 19 name them: the d-256 ViT (6 blocks, 4 heads, MLP 1024, 4x4 patches
-// of 28x28 images = 50 tokens, batch 128, AdamW) in fp32, under bf16 autocast, and under bf16 with
-// LoRA r 8 on query and value, and with DoRA there; the 784-64-10 MLP, batch 32, fp32. ftopt runs twice, on twin
-// models: with torch::optim::AdamW (as Python's default AdamW, one kernel per tensor) and with
-// optim::FusedAdamW (ATen's fused kernel, Python's AdamW(fused=True)). Counters: the median step
-// of each (ms) and eager_x / compile_x, Python's time over ftopt's with AdamW (above 1: ftopt is
-// faster), and fused_x, the same over ftopt with FusedAdamW. In the bf16 cases a fifth turn times
-// a 1024^3 bf16 GEMM (the machine's bf16 GEMM ceiling, gemm_gflops), and ceiling_pct is the
-// step's GEMM FLOPs (vit_gemm_flop: counted from the shapes) over ftopt's step time, as a share
-// of that ceiling.
+// Cases: the d-256 ViT (6 blocks, 4 heads, MLP 1024, 4x4 patches of 28x28 images = 50 tokens,
+// batch 128, AdamW) in fp32, under bf16 autocast, and under bf16 with LoRA r 8 on query and
+// value, with DoRA there, and with VeRA r 256 there; the 784-64-10 MLP, batch 32, fp32; ViT
+// inference. Contenders for a training case:
+//   ftopt_adamw, ftopt_fused     ftopt's Trainer with torch::optim::AdamW (one kernel per tensor)
+//                                and with optim::FusedAdamW (ATen's fused kernel) on twin models;
+//   py_<attention>_<optimizer>_<mode>
+//                                transformers + PEFT, attention sdpa (transformers' default) or
+//                                eager (written out), AdamW foreach (torch's default) or
+//                                fused=True, eager or torch.compile in the default and
+//                                max-autotune-no-cudagraphs modes (compiled with whichever
+//                                attention runs faster eagerly, named in the label).
+// Counters: each contender's median step (<name>_ms); strongest_ms, Python's fastest step with
+// fused AdamW, and strongest_x = strongest_ms / ftopt_fused_ms (above 1: ftopt is faster);
+// adamw_x, Python's fastest with plain AdamW over ftopt_adamw_ms; most_x, what most users write
+// (sdpa, plain AdamW, eager) over ftopt_fused_ms; compile seconds and dynamo's graph-break and
+// graph counts per compiled contender. In the bf16 cases a further turn times a 1024^3 bf16 GEMM
+// (gemm_gflops, the machine's bf16 GEMM rate), and ceiling_pct is the step's GEMM FLOPs (counted
+// from the shapes) over ftopt's fused step time, as a share of that rate.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <iostream>
+#include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -35,15 +45,45 @@
 
 #include <ftopt.hpp>
 
+#include "machine.hpp"
 #include "models.hpp"
 #include "side_by_side.hpp"
 
 namespace {
 
+using ftopt::bench::bench_threads;
+
+/// The pause before each turn: longer than the OpenMP threads of the process that ran last spin.
+constexpr std::chrono::milliseconds kPause(60);
+
+/// The median of `n` calls of `step` run back to back (seconds): a turn of a case whose step is
+/// short, so that waking the turn's threads after the pause is not part of its time.
+template <class Step>
+double median_of(int n, Step& step) {
+  std::vector<double> seconds;
+  for (int i = 0; i < n; ++i) seconds.push_back(ftopt::bench::seconds_of(step));
+  return ftopt::bench::median(seconds);
+}
+
+/// How one Python contender runs: attention sdpa | eager | fastest | -, optimizer adamw | fused
+/// | -, mode eager | default | max-autotune-no-cudagraphs.
+struct PythonWay {
+  std::string attention, optimizer, mode;
+  std::string name() const {
+    auto part = [](std::string s) {
+      std::replace(s.begin(), s.end(), '-', '_');
+      return s == "_" ? std::string() : s + "_";
+    };
+    std::string n = "py_" + part(attention) + part(optimizer) + part(mode);
+    n.pop_back();
+    return n;
+  }
+};
+
 /// One python_peer.py process, driven a line at a time over two pipes.
 class PythonPeer {
 public:
-  PythonPeer(const std::string& case_name, const std::string& mode, int threads) {
+  PythonPeer(const std::string& case_name, const PythonWay& way, int threads) : way_(way) {
     const char* python = std::getenv("FTOPT_PYTHON");
     const std::string exe = python ? python : FTOPT_PYTHON_EXE;
     int to_child[2], from_child[2];
@@ -63,10 +103,13 @@ public:
     close(from_child[1]);
     in_ = fdopen(to_child[1], "w");
     out_ = fdopen(from_child[0], "r");
-    const auto ready = ask("setup " + case_name + " " + mode + " " + std::to_string(threads));
-    if (ready.rfind("ready", 0) != 0)
-      throw std::runtime_error("python peer (" + case_name + ", " + mode + ") did not set up: '" + ready +
+    const auto ready = ask("setup " + case_name + " " + way.attention + " " + way.optimizer + " " + way.mode + " " +
+                           std::to_string(threads));
+    char attention[32] = "";
+    if (std::sscanf(ready.c_str(), "ready %lf %31s %d %d", &setup_seconds_, attention, &graph_breaks_, &graphs_) != 4)
+      throw std::runtime_error("python peer (" + case_name + ", " + way.name() + ") did not set up: '" + ready +
                                "' (its error is above; FTOPT_PYTHON=" + exe + ")");
+    attention_ = attention;
   }
   ~PythonPeer() {
     std::fputs("quit\n", in_);
@@ -77,8 +120,14 @@ public:
   PythonPeer(const PythonPeer&) = delete;
   PythonPeer& operator=(const PythonPeer&) = delete;
 
-  /// One step, as timed by Python (seconds).
-  double step() { return std::stod(ask("step")); }
+  /// The median of `n` steps run back to back, as timed by Python (seconds).
+  double steps(int n) { return std::stod(ask("steps " + std::to_string(n))); }
+
+  const PythonWay& way() const { return way_; }
+  double setup_seconds() const { return setup_seconds_; }
+  const std::string& attention() const { return attention_; }  ///< the one used (fastest: the one chosen)
+  int graph_breaks() const { return graph_breaks_; }
+  int graphs() const { return graphs_; }
 
 private:
   std::string ask(const std::string& line) {
@@ -91,21 +140,25 @@ private:
     return answer;
   }
 
+  PythonWay way_;
   pid_t pid_ = -1;
   std::FILE* in_ = nullptr;
   std::FILE* out_ = nullptr;
+  double setup_seconds_ = 0;
+  std::string attention_;
+  int graph_breaks_ = 0, graphs_ = 0;
 };
 
-int bench_threads() {
-  const char* text = std::getenv("FTOPT_BENCH_THREADS");
-  return text ? std::atoi(text) : ftopt::hardware::available_cpus();
+/// The ways a Python user runs a training step: transformers' defaults with plain AdamW (what most
+/// users write, first), attention written out, fused AdamW, and torch.compile in its two CPU
+/// modes. A model without attention runs the same ways less the attention choice.
+std::vector<PythonWay> training_ways(bool has_attention) {
+  if (!has_attention)
+    return {{"-", "adamw", "eager"}, {"-", "fused", "eager"}, {"-", "fused", "default"},
+            {"-", "fused", "max-autotune-no-cudagraphs"}};
+  return {{"sdpa", "adamw", "eager"},  {"eager", "adamw", "eager"},     {"sdpa", "fused", "eager"},
+          {"eager", "fused", "eager"}, {"fastest", "fused", "default"}, {"fastest", "fused", "max-autotune-no-cudagraphs"}};
 }
-
-struct Row {
-  std::string name;
-  double ftopt_ms, fused_ms, eager_ms, compile_ms;
-  double gemm_gflops = 0, ceiling_pct = 0;  ///< bf16 cases only
-};
 
 /// One 1024^3 bf16 GEMM's rate (GFLOP/s): the best of five, after one warm-up.
 double bf16_gemm_gflops() {
@@ -119,47 +172,58 @@ double bf16_gemm_gflops() {
   }
   return 2.0 * 1024 * 1024 * 1024 / best / 1e9;
 }
-std::vector<Row>& rows() {
-  static std::vector<Row> all;
-  return all;
-}
 
-/// Times ftopt's two steps (AdamW, FusedAdamW) against the same case in Python, eager and compiled.
-/// step_gemm_flop > 0 adds the bf16 GEMM ceiling as a fifth turn.
+/// Times ftopt's two steps (AdamW, FusedAdamW) against the case in every Python way, side by side.
+/// step_gemm_flop > 0 adds the bf16 GEMM rate as a further turn.
 template <class Step, class FusedStep>
-void compare(benchmark::State& state, const std::string& case_name, Step ftopt_step, FusedStep fused_step,
-             double step_gemm_flop = 0) {
+void compare(benchmark::State& state, const std::string& case_name, bool has_attention, int burst, Step ftopt_step,
+             FusedStep fused_step, double step_gemm_flop = 0) {
   const int threads = bench_threads();
   at::set_num_threads(threads);
-  PythonPeer eager(case_name, "eager", threads), compiled(case_name, "compile", threads);
+  std::vector<std::unique_ptr<PythonPeer>> peers;
+  for (const auto& way : training_ways(has_attention))
+    peers.push_back(std::make_unique<PythonPeer>(case_name, way, threads));
   for (int i = 0; i < 3; ++i) {
     ftopt_step();
     fused_step();
   }
-  using ftopt::bench::seconds_of;
-  std::vector<std::function<double()>> turns = {[&] { return seconds_of(ftopt_step); }, [&] { return eager.step(); },
-                                                [&] { return seconds_of(fused_step); }, [&] { return compiled.step(); }};
+  std::vector<std::function<double()>> turns = {[&] { return median_of(burst, ftopt_step); },
+                                                [&] { return median_of(burst, fused_step); }};
+  for (auto& peer : peers) turns.push_back([p = peer.get(), burst] { return p->steps(burst); });
   if (step_gemm_flop > 0) turns.push_back(bf16_gemm_gflops);  // a rate, not seconds: its own median
-  const auto measured = ftopt::bench::in_rotation(state, turns);
+  const auto measured = ftopt::bench::in_rotation(state, turns, kPause);
   using ftopt::bench::median;
-  Row row{case_name, median(measured[0]) * 1e3, median(measured[2]) * 1e3, median(measured[1]) * 1e3,
-          median(measured[3]) * 1e3};
-  if (step_gemm_flop > 0) {
-    row.gemm_gflops = median(measured[4]);
-    row.ceiling_pct = 100 * step_gemm_flop / (row.ftopt_ms / 1e3) / (row.gemm_gflops * 1e9);
-    state.counters["gemm_gflops"] = row.gemm_gflops;
-    state.counters["ceiling_pct"] = row.ceiling_pct;
-    state.counters["step_gemm_gflop"] = step_gemm_flop / 1e9;
+  const double ftopt_ms = median(measured[0]) * 1e3, fused_ms = median(measured[1]) * 1e3;
+  state.counters["ftopt_adamw_ms"] = ftopt_ms;
+  state.counters["ftopt_fused_ms"] = fused_ms;
+  double strongest = std::numeric_limits<double>::infinity(), plain = strongest;
+  std::string strongest_name, label;
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    const auto& peer = *peers[i];
+    const double ms = median(measured[2 + i]) * 1e3;
+    const auto name = peer.way().name();
+    state.counters[name + "_ms"] = ms;
+    if (peer.way().mode != "eager") {
+      state.counters[name + "_compile_s"] = peer.setup_seconds();
+      state.counters[name + "_graph_breaks"] = peer.graph_breaks();
+      state.counters[name + "_graphs"] = peer.graphs();
+      label += name + " attention=" + peer.attention() + " ";
+    }
+    if (peer.way().optimizer == "fused" && ms < strongest) strongest = ms, strongest_name = name;
+    if (peer.way().optimizer == "adamw" && ms < plain) plain = ms;
   }
-  state.counters["ftopt_ms"] = row.ftopt_ms;
-  state.counters["fused_ms"] = row.fused_ms;
-  state.counters["fused_x"] = row.eager_ms / row.fused_ms;
-  state.counters["eager_ms"] = row.eager_ms;
-  state.counters["compile_ms"] = row.compile_ms;
-  state.counters["eager_x"] = row.eager_ms / row.ftopt_ms;
-  state.counters["compile_x"] = row.compile_ms / row.ftopt_ms;
+  const double most = median(measured[2]) * 1e3;  // training_ways' first: what most users write
+  state.counters["strongest_ms"] = strongest;
+  state.counters["strongest_x"] = strongest / fused_ms;
+  state.counters["adamw_x"] = plain / ftopt_ms;
+  state.counters["most_x"] = most / fused_ms;
   state.counters["threads"] = threads;
-  rows().push_back(row);
+  if (step_gemm_flop > 0) {
+    const double gflops = median(measured.back());
+    state.counters["gemm_gflops"] = gflops;
+    state.counters["ceiling_pct"] = 100 * step_gemm_flop / (fused_ms / 1e3) / (gflops * 1e9);
+  }
+  state.SetLabel("strongest=" + strongest_name + " " + label);
 }
 
 ftopt::models::ViT vit() { return ftopt::models::ViT(ftopt::bench::vit_d256); }
@@ -199,12 +263,12 @@ struct Setup {
 /// The case on twin models, one with AdamW and one with FusedAdamW, against Python.
 template <class Trainer, class Model, class Make, class Peft, class Batch>
 void run_case(benchmark::State& state, const std::string& name, Make make, Peft peft, const Batch& batch,
-              double step_gemm_flop = 0) {
+              bool has_attention, int burst, double step_gemm_flop = 0) {
   torch::manual_seed(0);
   Setup<Trainer, Model, torch::optim::AdamW> plain(make, peft);
   torch::manual_seed(0);
   Setup<Trainer, Model, ftopt::optim::FusedAdamW> fused(make, peft);
-  compare(state, name, [&] { plain.step(batch); }, [&] { fused.step(batch); }, step_gemm_flop);
+  compare(state, name, has_attention, burst, [&] { plain.step(batch); }, [&] { fused.step(batch); }, step_gemm_flop);
 }
 
 template <class Precision, class Peft = ftopt::peft::Full>
@@ -212,7 +276,7 @@ void vit_case(benchmark::State& state, const std::string& name, Peft peft = {}, 
   const std::pair batch{torch::randn({128, 1, 28, 28}), torch::randint(0, 10, {128})};
   const bool bf16 = std::is_same_v<Precision, ftopt::precision::Bf16Mixed>;
   const double flop = bf16 ? vit_gemm_flop(std::is_same_v<Peft, ftopt::peft::Full>, full_width_linears) : 0;
-  run_case<ftopt::Trainer<Precision, Peft>, ftopt::models::ViT>(state, name, vit, std::move(peft), batch, flop);
+  run_case<ftopt::Trainer<Precision, Peft>, ftopt::models::ViT>(state, name, vit, std::move(peft), batch, true, 1, flop);
 }
 
 void vit_fp32_full(benchmark::State& state) { vit_case<ftopt::precision::Fp32>(state, "vit_fp32_full"); }
@@ -235,20 +299,15 @@ void vit_bf16_vera(benchmark::State& state) {
 void mlp_fp32_full(benchmark::State& state) {
   const std::pair batch{torch::randn({32, 784}), torch::randint(0, 10, {32})};
   auto make = [] { return ftopt::models::Mlp({.in = 784, .hidden = {64}, .out = 10}); };
-  run_case<ftopt::Trainer<>, ftopt::models::Mlp>(state, "mlp_fp32_full", make, ftopt::peft::Full{}, batch);
+  run_case<ftopt::Trainer<>, ftopt::models::Mlp>(state, "mlp_fp32_full", make, ftopt::peft::Full{}, batch, false, 20);
 }
 
 /// Inference of the same ViT (eval, no gradients, batch 256): ftopt in fp32, with
 /// quant::DynamicInt8 (per-tensor weights, as torch.ao's default) and with bf16 weights
-/// (converted once), against Python's fp32 and torch.ao dynamic int8, side by side.
-struct InferenceRow {
-  double ftopt_fp32, ftopt_int8, ftopt_bf16, python_fp32, python_int8;
-};
-std::vector<InferenceRow>& inference_rows() {
-  static std::vector<InferenceRow> all;
-  return all;
-}
-
+/// (converted once), against Python's fp32 (sdpa or eager attention, eager or compiled) and
+/// torch.ao's dynamic int8 (sdpa or eager attention), side by side. Counters: each contender's
+/// median (<name>_ms); python_fp32_ms and python_int8_ms, Python's fastest of each;
+/// int8_x = python_int8_ms / ftopt_int8_ms, fp32_x = python_fp32_ms / ftopt_fp32_ms.
 void vit_inference(benchmark::State& state) {
   const int threads = bench_threads();
   at::set_num_threads(threads);
@@ -260,24 +319,43 @@ void vit_inference(benchmark::State& state) {
   bf16->to(torch::kBFloat16);
   const auto x = torch::randn({256, 1, 28, 28});
   const auto x_bf16 = x.to(torch::kBFloat16);
-  PythonPeer py_fp32("vit_infer_fp32", "eager", threads), py_int8("vit_infer_int8", "eager", threads);
+  struct Peer {
+    std::string case_name;
+    PythonWay way;
+  };
+  const std::vector<Peer> ways = {{"vit_infer_fp32", {"sdpa", "-", "eager"}},
+                                  {"vit_infer_fp32", {"eager", "-", "eager"}},
+                                  {"vit_infer_fp32", {"fastest", "-", "default"}},
+                                  {"vit_infer_int8", {"sdpa", "-", "eager"}},
+                                  {"vit_infer_int8", {"eager", "-", "eager"}}};
+  std::vector<std::unique_ptr<PythonPeer>> peers;
+  for (const auto& p : ways) peers.push_back(std::make_unique<PythonPeer>(p.case_name, p.way, threads));
   using ftopt::bench::seconds_of;
-  const std::vector<std::function<double()>> turns = {[&] { return seconds_of([&] { fp32->forward(x); }); },
-                                                      [&] { return seconds_of([&] { int8->forward(x); }); },
-                                                      [&] { return seconds_of([&] { bf16->forward(x_bf16); }); },
-                                                      [&] { return py_fp32.step(); }, [&] { return py_int8.step(); }};
+  std::vector<std::function<double()>> turns = {[&] { return seconds_of([&] { fp32->forward(x); }); },
+                                                [&] { return seconds_of([&] { int8->forward(x); }); },
+                                                [&] { return seconds_of([&] { bf16->forward(x_bf16); }); }};
+  for (auto& peer : peers) turns.push_back([p = peer.get()] { return p->steps(1); });
   for (int i = 0; i < 2; ++i)
     for (const auto& t : turns) t();
-  const auto seconds = ftopt::bench::in_rotation(state, turns);
+  const auto seconds = ftopt::bench::in_rotation(state, turns, kPause);
   using ftopt::bench::median;
-  const InferenceRow row{median(seconds[0]) * 1e3, median(seconds[1]) * 1e3, median(seconds[2]) * 1e3,
-                         median(seconds[3]) * 1e3, median(seconds[4]) * 1e3};
-  state.counters["ftopt_fp32_ms"] = row.ftopt_fp32;
-  state.counters["ftopt_int8_ms"] = row.ftopt_int8;
-  state.counters["ftopt_bf16_ms"] = row.ftopt_bf16;
-  state.counters["python_fp32_ms"] = row.python_fp32;
-  state.counters["python_int8_ms"] = row.python_int8;
-  inference_rows().push_back(row);
+  const double ftopt_fp32 = median(seconds[0]) * 1e3, ftopt_int8 = median(seconds[1]) * 1e3;
+  state.counters["ftopt_fp32_ms"] = ftopt_fp32;
+  state.counters["ftopt_int8_ms"] = ftopt_int8;
+  state.counters["ftopt_bf16_ms"] = median(seconds[2]) * 1e3;
+  double python_fp32 = std::numeric_limits<double>::infinity(), python_int8 = python_fp32;
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    const double ms = median(seconds[3 + i]) * 1e3;
+    const bool is_int8 = ways[i].case_name == "vit_infer_int8";
+    state.counters[std::string(is_int8 ? "py_int8_" : "py_fp32_") + peers[i]->way().name().substr(3) + "_ms"] = ms;
+    double& best = is_int8 ? python_int8 : python_fp32;
+    best = std::min(best, ms);
+  }
+  state.counters["python_fp32_ms"] = python_fp32;
+  state.counters["python_int8_ms"] = python_int8;
+  state.counters["fp32_x"] = python_fp32 / ftopt_fp32;
+  state.counters["int8_x"] = python_int8 / ftopt_int8;
+  state.counters["threads"] = threads;
 }
 
 } // namespace
@@ -287,36 +365,28 @@ BENCHMARK(vit_bf16_full)->Unit(benchmark::kMillisecond)->Iterations(12)->UseReal
 BENCHMARK(vit_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_dora)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_vera)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
-BENCHMARK(mlp_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(400)->UseRealTime();
+BENCHMARK(mlp_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(30)->UseRealTime();
 BENCHMARK(vit_inference)->Unit(benchmark::kMillisecond)->Iterations(10)->UseRealTime();
+
+/// The Python side's versions, for the results' context.
+std::string python_versions() {
+  const char* python = std::getenv("FTOPT_PYTHON");
+  const std::string command = std::string(python ? python : FTOPT_PYTHON_EXE) + " " FTOPT_PEER_SCRIPT;
+  std::FILE* pipe = popen(("echo versions | " + command + " 2>/dev/null").c_str(), "r");
+  if (!pipe) return "unknown";
+  char buffer[256] = "";
+  const bool read = std::fgets(buffer, sizeof buffer, pipe) != nullptr;
+  pclose(pipe);
+  std::string text = read ? buffer : "unknown";
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  ftopt::bench::add_machine_context();
+  benchmark::AddCustomContext("python", python_versions());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  std::cout << "\n| step (" << bench_threads() << " threads, LibTorch " << TORCH_VERSION
-            << ") | Python eager | Python torch.compile | ftopt (AdamW) | ftopt (FusedAdamW) | eager / ftopt | "
-               "compile / ftopt | eager / ftopt fused | compile / ftopt fused | share of bf16 GEMM ceiling |\n"
-            << "|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const auto& r : rows()) {
-    char line[400], ceiling[96] = "-";
-    if (r.gemm_gflops > 0)
-      std::snprintf(ceiling, sizeof ceiling, "%.0f%% of %.0f GFLOP/s", r.ceiling_pct, r.gemm_gflops);
-    std::snprintf(line, sizeof line, "| %s | %.3f ms | %.3f ms | %.3f ms | %.3f ms | %.2fx | %.2fx | %.2fx | %.2fx | %s |\n",
-                  r.name.c_str(), r.eager_ms, r.compile_ms, r.ftopt_ms, r.fused_ms, r.eager_ms / r.ftopt_ms,
-                  r.compile_ms / r.ftopt_ms, r.eager_ms / r.fused_ms, r.compile_ms / r.fused_ms, ceiling);
-    std::cout << line;
-  }
-  for (const auto& r : inference_rows()) {
-    std::cout << "\n| ViT inference, batch 256 (" << bench_threads() << " threads) | Python fp32 | Python torch.ao int8 | "
-                 "ftopt fp32 | ftopt DynamicInt8 | ftopt bf16 weights | ftopt int8 / Python int8 | best ftopt over "
-                 "ftopt fp32 |\n|---|---|---|---|---|---|---|---|\n";
-    char line[400];
-    const double best = std::min(r.ftopt_int8, r.ftopt_bf16);
-    std::snprintf(line, sizeof line, "| d-256 ViT | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %.2fx | %.2fx |\n",
-                  r.python_fp32, r.python_int8, r.ftopt_fp32, r.ftopt_int8, r.ftopt_bf16, r.python_int8 / r.ftopt_int8,
-                  r.ftopt_fp32 / best);
-    std::cout << line;
-  }
 }

@@ -16,6 +16,7 @@
 #include <ftopt.hpp>
 #include <ftopt/json.hpp>  // for the file functions: <ftopt.hpp> declares JSON only
 
+#include "machine.hpp"
 #include "models.hpp"
 #include "side_by_side.hpp"
 
@@ -93,4 +94,4 @@ BENCHMARK_CAPTURE(inference, vit_d256_6_layers, [] { return vit(256, 6); })->Uni
 BENCHMARK_CAPTURE(inference, mlp_784_1024_1024_10, mlp)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(inference, resnet_small_32_64_128, resnet)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-BENCHMARK_MAIN();
+FTOPT_BENCHMARK_MAIN();

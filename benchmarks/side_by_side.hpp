@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -35,14 +36,19 @@ double seconds_of(Run&& run) {
 
 /// Runs every turn once per iteration of the state, starting one turn later each iteration; each
 /// turn returns the seconds it measured (its own clock, or another process's report). Returns
-/// each turn's measurements.
+/// each turn's measurements. `pause` is slept before each turn: where turns run in different
+/// processes, the OpenMP threads of the one that just ran spin on the CPUs for a while after its
+/// last parallel region (libgomp's default wait policy; tens of ms where `pause` is slow), and
+/// the pause lets them go to sleep, so each turn runs as it would alone.
 inline std::vector<std::vector<double>> in_rotation(benchmark::State& state,
-                                                    const std::vector<std::function<double()>>& turns) {
+                                                    const std::vector<std::function<double()>>& turns,
+                                                    std::chrono::milliseconds pause = std::chrono::milliseconds(0)) {
   std::vector<std::vector<double>> seconds(turns.size());
   std::size_t first = 0;
   for (auto _ : state) {
     for (std::size_t k = 0; k < turns.size(); ++k) {
       const std::size_t i = (first + k) % turns.size();
+      if (pause.count() > 0) std::this_thread::sleep_for(pause);
       seconds[i].push_back(turns[i]());
     }
     first = (first + 1) % turns.size();

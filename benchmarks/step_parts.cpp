@@ -16,6 +16,7 @@
 
 #include <ftopt.hpp>
 
+#include "machine.hpp"
 #include "models.hpp"
 #include "side_by_side.hpp"
 
@@ -84,4 +85,4 @@ BENCHMARK(BM_Bf16LoraAllMainJob)->Unit(benchmark::kMillisecond)->Iterations(20);
 BENCHMARK(BM_Fp32LoraAllMainJob)->Unit(benchmark::kMillisecond)->Iterations(10);
 BENCHMARK(BM_Bf16Full)->Unit(benchmark::kMillisecond)->Iterations(12);
 BENCHMARK(BM_Fp32Full)->Unit(benchmark::kMillisecond)->Iterations(4);
-BENCHMARK_MAIN();
+FTOPT_BENCHMARK_MAIN();

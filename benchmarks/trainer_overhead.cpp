@@ -16,6 +16,7 @@
 
 #include <ftopt.hpp>
 
+#include "machine.hpp"
 #include "models.hpp"
 #include "side_by_side.hpp"
 
@@ -86,4 +87,4 @@ void BM_TransformerStep(benchmark::State& state) {
 
 BENCHMARK(BM_MlpStep)->Unit(benchmark::kMicrosecond)->MinTime(2.0);
 BENCHMARK(BM_TransformerStep)->Unit(benchmark::kMicrosecond)->MinTime(2.0);
-BENCHMARK_MAIN();
+FTOPT_BENCHMARK_MAIN();

@@ -1,6 +1,7 @@
 // Tests for include/ftopt/peft/qlora.hpp: LoRA over an int8 or NF4 frozen base. The expected
-// values are peft::Lora's formula over the dequantized base (quant::*::dequantize, checked against
-// the formats' definitions in tests/quant/frozen_weight.cpp), written out here.
+// values are peft::Lora's formula over the base the format's definition gives
+// (tests/quant/formats_by_definition.hpp: the formats written out element by element), written
+// out here.
 #include <catch2/catch.hpp>
 
 #include <torch/torch.h>
@@ -8,6 +9,7 @@
 #include <ftopt.hpp>
 #include <ftopt/parallel/ddp.hpp>  // the rules over parallel::Ddp (<ftopt.hpp> leaves it out)
 
+#include "../quant/formats_by_definition.hpp"
 #include "../support.hpp"
 
 using namespace ftopt;
@@ -47,7 +49,7 @@ TEMPLATE_TEST_CASE("QLora computes deq(Q(W)) x + b + s B A x, and trains A and B
   CHECK(layer.named_buffers(false).contains("weight_packed"));
   const auto& packed = qlora.bases()[0].second->packed();
   const auto deq = TestType::dequantize(packed, at::kFloat);
-  CHECK(torch::allclose(deq, TestType::dequantize(small_format<TestType>().quantize(w0), at::kFloat)));
+  CHECK(torch::allclose(deq, test::dequantized_by_definition(w0, small_format<TestType>()), 1e-6, 1e-6));
   // Within the format's step: int8's half step of 1/127.5 of a row's largest value; NF4's widest
   // gap (-1 to -0.6962) over two, 0.152 of a block's largest, plus the scaler's rounding.
   const double step = std::is_same_v<TestType, quant::Nf4> ? 0.16 : 0.5 / 127.5 + 1e-6;
@@ -118,17 +120,24 @@ TEMPLATE_TEST_CASE("QLora merges into a float base or keeps it quantized", "[pef
     CHECK(torch::allclose(n.net->forward(x), before, 1e-4, 1e-5));
   }
   SECTION("merge_quantized: the base holds Q(deq(Q(W)) + s B A); unmerge takes s B A back out") {
+    const auto format = small_format<TestType>();
+    const auto deq2 = TestType::dequantize(qlora.bases()[1].second->packed(), at::kFloat);
+    const auto delta2 = qlora.branches()[1].second->delta();
     qlora.merge_quantized(*n.net);
     CHECK(n.layer(0).weight.numel() == 0);
     const auto merged = TestType::dequantize(qlora.bases()[0].second->packed(), at::kFloat);
-    CHECK(torch::allclose(merged, TestType::dequantize(small_format<TestType>().quantize(deq + delta), at::kFloat)));
-    const double tolerance = std::is_same_v<TestType, quant::Nf4> ? 0.5 : 0.05;
-    CHECK(((n.net->forward(x) - before).norm() / before.norm()).item<double>() < tolerance);
+    const auto expected = test::dequantized_by_definition(deq + delta, format);
+    CHECK(torch::allclose(merged, expected, 1e-6, 1e-6));
+    // The network now computes relu(x M0^T + b0) M1^T + b1 over the requantized merged bases alone.
+    const auto hidden = torch::relu(torch::linear(x, expected, n.layer(0).bias));
+    const auto out = torch::linear(hidden, test::dequantized_by_definition(deq2 + delta2, format), n.layer(1).bias);
+    CHECK(torch::allclose(n.net->forward(x), out, 1e-5, 1e-5));
     qlora.unmerge(*n.net);
     CHECK_FALSE(qlora.branches()[0].second->merged());
     const auto back = TestType::dequantize(qlora.bases()[0].second->packed(), at::kFloat);
-    CHECK(torch::allclose(back, TestType::dequantize(small_format<TestType>().quantize(merged - delta), at::kFloat)));
+    CHECK(torch::allclose(back, test::dequantized_by_definition(merged - delta, format), 1e-6, 1e-6));
   }
+
 }
 
 TEMPLATE_TEST_CASE("QLora's layers sharing an input run as one GEMM over their bases under autocast, from one copy "

@@ -17,51 +17,13 @@
 #include <ftopt/quant/support/frozen_weight.hpp>
 
 #include "../support.hpp"
+#include "formats_by_definition.hpp"
 
 using namespace ftopt;
+using ftopt::test::nf4_by_definition;
+using ftopt::test::values_of;
 
 namespace {
-
-std::vector<float> values_of(const at::Tensor& t) {
-  const at::Tensor c = t.to(at::kFloat).contiguous();
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
-
-/// torchao's to_nf4 then get_original_weight, one value at a time in float32: the codes and the
-/// dequantized weight.
-std::pair<std::vector<int>, std::vector<float>> nf4_by_definition(const std::vector<float>& w, int block,
-                                                                   int scaler_block) {
-  const int blocks = static_cast<int>(w.size()) / block;
-  std::vector<float> absmax(blocks, 0.0F);
-  for (int b = 0; b < blocks; ++b)
-    for (int i = 0; i < block; ++i) absmax[b] = std::max(absmax[b], std::abs(w[b * block + i]));
-  float mean = 0;
-  for (float a : absmax) mean += a;
-  mean /= static_cast<float>(blocks);
-  std::vector<float> scalers(blocks);
-  for (int s = 0; s < blocks / scaler_block; ++s) {
-    float largest = 0;
-    for (int i = 0; i < scaler_block; ++i) largest = std::max(largest, std::abs(absmax[s * scaler_block + i] - mean));
-    const float factor = 128.0F / largest;
-    for (int i = 0; i < scaler_block; ++i) {
-      const int b = s * scaler_block + i;
-      const float q = std::clamp(std::nearbyint((absmax[b] - mean) * factor), -128.0F, 127.0F);
-      scalers[b] = q / factor + mean;
-    }
-  }
-  std::vector<int> codes(w.size());
-  std::vector<float> out(w.size());
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    const int b = static_cast<int>(i) / block;
-    const float x = w[i] / absmax[b];
-    std::array<float, 16> distance;
-    for (int k = 0; k < 16; ++k) distance[k] = std::abs(x - quant::Nf4::levels[k]);
-    const int best = static_cast<int>(std::min_element(distance.begin(), distance.end()) - distance.begin());  // the first
-    codes[i] = best;
-    out[i] = quant::Nf4::levels[best] * scalers[b];
-  }
-  return {codes, out};
-}
 
 /// The format under test with blocks small enough for the tests' 64-wide weights.
 template <class Format>
