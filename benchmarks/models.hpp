@@ -11,7 +11,7 @@
 
 namespace ftopt::bench {
 
-/// The step benchmarks' ViT (issue 19's "d-256 ViT"): 6 blocks, d 256, 4 heads, MLP 1024, 4x4
+/// The step benchmarks' ViT (the "d-256 ViT" of docs/): 6 blocks, d 256, 4 heads, MLP 1024, 4x4
 /// patches of 28x28 one-channel images (50 tokens), 10 labels.
 inline const ftopt::models::ViTOptions vit_d256{.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 256,
                                                 .layers = 6, .heads = 4, .intermediate = 1024, .num_labels = 10};

@@ -19,7 +19,7 @@ packages=(
   g++ cmake make ccache pkg-config
   python3 python3-venv     # the venv (a machine whose python3 is not Debian's uses its own)
   libtorch-dev             # LibTorch 1.13.1 (CPU): the second supported build
-  libopenblas0-openmp      # without it Debian's LibTorch falls back to reference BLAS (~50x slower)
+  libopenblas0-openmp      # without it Debian's LibTorch falls back to reference BLAS (far slower)
   libgloo-dev              # c10d's Gloo backend (DDP on CPU) for Debian's LibTorch
   libboost-dev             # Boost.Hana
   librange-v3-dev          # the Pipeline's range adaptors

@@ -10,7 +10,7 @@
 #
 # Each INCLUDE_DIR (default: this checkout's include/) stands in for include/, so another
 # version of the headers (`git archive REV include | tar -x -C DIR`) is measured beside this one.
-# Run `source scripts/setup.sh && build` first. docs/build.md records the results.
+# Run `source scripts/setup.sh && build` first (docs/build.md, "Compile time").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}

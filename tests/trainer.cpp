@@ -108,7 +108,8 @@ TEST_CASE("fit sets the thread count only when TrainerOptions::threads asks", "[
 }
 
 TEST_CASE("The hardware report prints once per process, whatever the Trainer type", "[trainer][hardware]") {
-  // Two Trainer types used to print it once each: the flag was a static of the class template.
+  // Two Trainer types print it once in all: a flag that is a static of the class template would
+  // print it once per type.
   std::ostringstream log;
   auto options = quiet();
   options.report_hardware = true;

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# The GPU check, for the machine the `device` tool lends (H200, pip torch 2.x with CUDA, no
-# internet). One call, under 8 minutes: build ftopt's tests and benchmarks against the wheel's
-# LibTorch, run the tests and the benchmarks on CUDA, write everything under $OUT, and print a
-# short table last.
+# The GPU check: builds ftopt's tests and benchmarks against the LibTorch inside the pip torch
+# wheel (a CUDA build), runs the tests and the benchmarks on CUDA, writes everything under $OUT,
+# and prints a short table last. On a GPU the "CUDA: ..." tests run instead of skipping.
 #
-#   run: bash benchmarks/gpu/run.sh        (from the repository root; $OUT set by the tool)
+# Needs a CUDA machine (an NVIDIA GPU and its driver) with python3 and a CUDA build of torch 2.x
+# from pip, CMake and g++. The header-only dependencies (range-v3, Boost.Hana, Catch2,
+# nlohmann-json) and libjpeg-turbo's CMake package must be findable there; where the machine
+# lacks them, bring a prefix holding them and point FTOPT_GPU_PREFIX at it. No network access is
+# needed.
 #
-# Header-only dependencies (range-v3, Boost.Hana, Catch2, nlohmann-json) and libjpeg-turbo's
-# CMake package must be findable there; if the machine lacks them, carry a prefix holding them
-# and point FTOPT_GPU_PREFIX at it.
-# Status: written without a GPU session (none of the seven so far was lent one); the first
-# session with one runs and fixes it. On a GPU the "CUDA: ..." tests run instead of skipping.
+#   bash benchmarks/gpu/run.sh        (from the repository root; OUT defaults to ./gpu-out)
+#   FTOPT_GPU_BUILD=DIR               the build folder (default: build-gpu)
 set -euo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"

@@ -143,8 +143,8 @@ inline bool cpu_supports_vnni() {
 
 /// Whether `device` computes in bf16 natively, so bf16 autocast pays: CUDA (compute capability
 /// 8.0 and newer, which LibTorch's CUDA builds target), or a CPU with avx512_bf16. Elsewhere
-/// bf16 is emulated and slower than fp32 (on an AVX2-only CPU, a Bf16Mixed ViT step measured
-/// ~9x slower; docs/benchmarks.md).
+/// bf16 is emulated and slower than fp32 (on an AVX2-only CPU a Bf16Mixed ViT step measured ~9x
+/// slower; bench_precision, docs/precision.md).
 inline bool has_native_bf16(c10::Device device) {
   if (device.is_cuda()) return true;
   return device.is_cpu() && detail::cpu_supports_bf16();

@@ -24,7 +24,7 @@ inline std::vector<float> values_of(const at::Tensor& t) {
 
 /// torchao's to_nf4 then get_original_weight, one value at a time in float32: the codes and the
 /// dequantized weight.
-std::pair<std::vector<int>, std::vector<float>> nf4_by_definition(const std::vector<float>& w, int block,
+inline std::pair<std::vector<int>, std::vector<float>> nf4_by_definition(const std::vector<float>& w, int block,
                                                                    int scaler_block) {
   const int blocks = static_cast<int>(w.size()) / block;
   std::vector<float> absmax(blocks, 0.0F);

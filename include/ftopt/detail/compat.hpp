@@ -151,11 +151,12 @@ inline std::atomic<AttentionKernel>& attention_kernel() {
 }
 
 /// Whether, under AttentionKernel::Auto, the written-out math beats ATen's fused CPU kernel
-/// (flash attention) for these shapes. Measured on LibTorch 2.11 (docs/benchmarks.md, "Faster
-/// than Python on the same ATen"): for bf16 and fp16 the fused CPU backward is 1.5-4x slower than two GEMMs and a
-/// softmax at every length up to 1024 keys; for fp32 the written-out math wins up to ~200 query
-/// and key rows and loses beyond. Longer sequences stay fused, which also keeps no [L, S]
-/// attention matrix; on CUDA ATen's kernels always win.
+/// (flash attention) for these shapes. Measured on LibTorch 2.11: for bf16 and fp16 the fused CPU
+/// backward is 1.5-4x slower than two GEMMs and a softmax at every length up to 1024 keys; for
+/// fp32 the written-out math wins up to ~200 query and key rows and loses beyond. Longer
+/// sequences stay fused, which also keeps no [L, S] attention matrix; on CUDA ATen's kernels
+/// always win. bench_step_parts times the ViT's step against the fused kernel (docs/benchmarks.md,
+/// "What ftopt does differently from eager Python").
 inline bool attention_written_out_pays(const at::Tensor& q, const at::Tensor& k) {
   if (!q.device().is_cpu()) return false;
   const std::int64_t L = q.size(-2), S = k.size(-2);

@@ -24,7 +24,8 @@
 /// e.g. VeRA's r 256 on 128-wide layers) takes its gradients from G too (c = 1), and u is not kept.
 /// W' is formed in the weights' dtype (fp32 master weights) and cast once to the compute dtype
 /// (the input's: bf16 under autocast), as autocast casts W alone; its rounding of the small
-/// update is the rounding autocast applies to W. Measured: docs/benchmarks.md, "LoRA as one GEMM".
+/// update is the rounding autocast applies to W. Measured: bench_step_parts and bench_peft
+/// (docs/benchmarks.md).
 ///
 ///   std::array<ftopt::nn::LinearImpl*, 1> layer{query.get()};
 ///   if (auto group = ftopt::nn::low_rank_group(layer)) y = ftopt::nn::low_rank_linears(*group, ftopt::nn::autocast_input(x));

@@ -21,7 +21,7 @@
 /// input's is one GEMM over all outputs' gradients, accumulated in float inside it; separate
 /// autocast layers round each layer's share to bf16, then sum them in fp32. Under autocast the
 /// additive terms' input gradients join that one in bf16 (one cast back, where separate layers
-/// cast each). Measured: docs/benchmarks.md, "Casts under Bf16Mixed".
+/// cast each). Measured: bench_step_parts (docs/benchmarks.md).
 
 #include <algorithm>
 #include <array>
