@@ -1,7 +1,6 @@
 // Step time and peak memory of the precision policies, side by side in one run: Fp32 against
-// Bf16Mixed and Bf16True, on a ViT the size of the one Python was measured with
-// (shared/libtorch-notes.md section 12: 6 blocks, d = 256, 4 heads, 4x4 patches of 28x28 images,
-// batch 128, AdamW, 2 threads) and on the main job's small ResNet.
+// Bf16Mixed and Bf16True, on the d-256 ViT of bench_python_peer (6 blocks, d = 256, 4 heads, 4x4
+// patches of 28x28 images, batch 128, AdamW, 2 threads) and on the main job's small ResNet.
 //
 //   build/benchmarks/bench_precision --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <torch/torch.h>

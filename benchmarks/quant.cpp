@@ -1,5 +1,5 @@
 // Inference with quant::DynamicInt8 against float, side by side in one run: the main job's ViT
-// (d 128, MLP 512; bench::vit_main), its earlier default (d 64, MLP 128), a wider ViT (d 256, 6 layers), an MLP (784-1024-1024-10) and a small ResNet (basic
+// (d 128, MLP 512; bench::vit_main), a smaller one (d 64, MLP 128), a wider ViT (d 256, 6 layers), an MLP (784-1024-1024-10) and a small ResNet (basic
 // blocks [1,1,1], widths 32-64-128, whose convolutions only the static policy quantizes),
 // batch 256, one thread;
 // dynamic int8 with per-tensor and per-channel weights, static int8 (calibrated on the batch

@@ -8,6 +8,6 @@
 ///
 /// <ftopt.hpp> and the file headers declare nlohmann::json only (json_fwd.hpp): the whole
 /// header compiles JSON's parser into every TU that includes it, whether or not the TU reads a
-/// file: 81M more of g++'s memory on a <torch/torch.h> TU's 1716M (docs/build.md, "Compile time").
+/// file, a measurable share of g++'s time and memory (scripts/tu_cost.sh; docs/build.md).
 
 #include <nlohmann/json.hpp>

@@ -12,9 +12,9 @@
 ///
 /// Backends: a program has the backends whose headers one of its source files includes,
 /// <ftopt/parallel/gloo.hpp> and <ftopt/parallel/nccl.hpp>. <ftopt.hpp> leaves them out, as
-/// <torch/torch.h> leaves out c10d: on top of c10d's ProcessGroup, ProcessGroupGloo.hpp adds 53M
-/// and ProcessGroupNCCL.hpp (with the CUDA runtime's headers) 147M to g++'s memory for a TU,
-/// whose <torch/torch.h> takes 1716M (docs/build.md, "Compile time").
+/// <torch/torch.h> leaves out c10d: ProcessGroupGloo.hpp and ProcessGroupNCCL.hpp (with the CUDA
+/// runtime's headers) add to every TU's compile time and memory on top of c10d's ProcessGroup
+/// (scripts/tu_cost.sh; docs/build.md).
 /// Each registers itself here when the program starts; join() with a backend the program lacks
 /// is an ftopt::Error that names the header to include, or says why this build has none.
 
