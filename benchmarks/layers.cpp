@@ -18,7 +18,7 @@ namespace {
 
 template <class Theirs, class Ours>
 void compare(benchmark::State& state, Theirs theirs, Ours ours, torch::Tensor x) {
-  at::set_num_threads(1);
+  at::set_num_threads(ftopt::bench::bench_threads());  // FTOPT_BENCH_THREADS, as the results say
   ftopt::weights::load_state_dict(*ours, ftopt::weights::state_dict(*theirs));
   x.requires_grad_(true);
   auto step = [&](auto& layer) {

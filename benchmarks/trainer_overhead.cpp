@@ -49,7 +49,7 @@ torch::Device bench_device() {
 
 template <class MakeModel>
 void compare(benchmark::State& state, MakeModel make_model, torch::Tensor x, torch::Tensor y) {
-  at::set_num_threads(1);
+  at::set_num_threads(ftopt::bench::bench_threads());  // FTOPT_BENCH_THREADS, as the results say
   const auto device = bench_device();
   x = x.to(device), y = y.to(device);
   torch::manual_seed(0);

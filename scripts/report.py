@@ -211,14 +211,14 @@ def render_readme_measured(which):
 def render_bench(bench, machine):
     """Any other benchmark: each run's real time and its counters."""
     data = load(machine, bench)
-    lines = [f"Machine: {machine_line(data['context'])}.", "", "| benchmark | time | counters |", "|---|---|---|"]
+    lines = [f"Machine: {machine_line(data['context'])}.", "", "| benchmark | one iteration (every contender) | counters |", "|---|---|---|"]
     for e in data["benchmarks"]:
         if e.get("run_type", "iteration") != "iteration":
             continue
         skip = {"name", "family_index", "per_family_instance_index", "run_name", "run_type", "repetitions",
                 "repetition_index", "threads", "iterations", "real_time", "cpu_time", "time_unit", "label"}
         counters = ", ".join(f"{k} {v:.4g}" for k, v in e.items() if k not in skip and isinstance(v, (int, float)))
-        lines.append(f"| {e['name']} | {e['real_time']:.4g} {e['time_unit']} | {counters} |")
+        lines.append(f"| {e['name']} | {e['real_time']:.1f} {e['time_unit']} | {counters} |")
     return "\n".join(lines) + "\n"
 
 
