@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
@@ -53,15 +55,21 @@ inline int bench_threads() {
   return text ? std::atoi(text) : ftopt::hardware::available_cpus();
 }
 
+/// The machine's description, as (key, value) pairs for a result's context: CPU model and flags,
+/// machine type, LibTorch, ftopt, threads.
+inline std::vector<std::pair<std::string, std::string>> machine_context() {
+  const auto flags = cpuinfo_field("flags");
+  return {{"cpu_model", cpuinfo_field("model name")},
+          {"cpu_flags", flags},
+          {"machine", machine_type(cpuinfo_field("vendor_id"), flags)},
+          {"libtorch", TORCH_VERSION},
+          {"ftopt", ftopt::version},
+          {"threads", std::to_string(bench_threads())}};
+}
+
 /// Adds the machine's description to the context of the JSON Google Benchmark writes.
 inline void add_machine_context() {
-  const auto flags = cpuinfo_field("flags");
-  benchmark::AddCustomContext("cpu_model", cpuinfo_field("model name"));
-  benchmark::AddCustomContext("cpu_flags", flags);
-  benchmark::AddCustomContext("machine", machine_type(cpuinfo_field("vendor_id"), flags));
-  benchmark::AddCustomContext("libtorch", TORCH_VERSION);
-  benchmark::AddCustomContext("ftopt", std::string(ftopt::version));
-  benchmark::AddCustomContext("threads", std::to_string(bench_threads()));
+  for (const auto& [key, value] : machine_context()) benchmark::AddCustomContext(key, value);
 }
 
 } // namespace ftopt::bench

@@ -1,7 +1,8 @@
 // Where one training step's time goes: the d-256 ViT of bench_precision / bench_peft (6 blocks,
-// 4 heads, 4x4 patches of 28x28, batch 128, AdamW, all CPUs), a few steps under LibTorch's
-// profiler, each op's self time (its time less the ops it called) summed over the recorded steps
-// and printed as ms per step, largest first. The tables in docs/benchmarks.md come from it.
+// 4 heads, 4x4 patches of 28x28, batch 128, AdamW, FTOPT_BENCH_THREADS or all CPUs), a few steps
+// under LibTorch's profiler, each op's self time (its time less the ops it called) summed over
+// the recorded steps and printed as ms per step, largest first. The tables in docs/benchmarks.md
+// come from it.
 //
 //   build/benchmarks/bench_profile_step [fp32|bf16] [full|lora|mlp|infer|infer-int8] [steps] [shapes]
 // ("mlp": bench_python_peer's 784-64-10 MLP, batch 32, with optim::FusedAdamW; "infer": the
@@ -14,14 +15,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <ctime>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
-
-#include <ctime>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/profiler_legacy.h>
@@ -83,7 +83,6 @@ void write_json(const std::vector<std::pair<std::string, Row>>& sorted, double t
                 const std::string& what, double unprofiled_ms, double profiled_ms) {
   const char* path = std::getenv("FTOPT_PROFILE_OUT");
   if (path == nullptr) return;
-  namespace fb = ftopt::bench;
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S+00:00", std::gmtime(&now));
@@ -93,10 +92,8 @@ void write_json(const std::vector<std::pair<std::string, Row>>& sorted, double t
   name.erase(std::unique(name.begin(), name.end(), [](char a, char b) { return a == '_' && b == '_'; }), name.end());
   nlohmann::json out;
   out["context"] = {{"date", date}, {"executable", "bench_" + name},
-                    {"num_cpus", ftopt::hardware::available_cpus()}, {"cpu_model", fb::cpuinfo_field("model name")},
-                    {"cpu_flags", fb::cpuinfo_field("flags")},
-                    {"machine", fb::machine_type(fb::cpuinfo_field("vendor_id"), fb::cpuinfo_field("flags"))},
-                    {"libtorch", TORCH_VERSION}, {"threads", std::to_string(at::get_num_threads())}, {"what", what}};
+                    {"num_cpus", ftopt::hardware::available_cpus()}, {"what", what}};
+  for (const auto& [key, value] : ftopt::bench::machine_context()) out["context"][key] = value;
   auto run = [](const std::string& op, double ms) {
     return nlohmann::json{{"name", op}, {"run_name", op}, {"run_type", "iteration"}, {"iterations", 1},
                           {"real_time", ms}, {"cpu_time", ms}, {"time_unit", "ms"}};
@@ -205,7 +202,7 @@ int main(int argc, char** argv) {
   const std::string peft = argc > 2 ? argv[2] : "lora";
   const int steps = argc > 3 ? std::stoi(argv[3]) : 3;
   const bool by_shape = argc > 4 && std::string(argv[4]) == "shapes";
-  at::set_num_threads(ftopt::hardware::available_cpus());
+  at::set_num_threads(ftopt::bench::bench_threads());
   if (precision == "fp32") return with_peft<ftopt::precision::Fp32>(peft, steps, by_shape);
   if (precision == "bf16") return with_peft<ftopt::precision::Bf16Mixed>(peft, steps, by_shape);
   std::fprintf(stderr, "bench_profile_step: precision must be fp32 or bf16, got '%s'\n", precision.c_str());
