@@ -59,17 +59,21 @@ inline std::pair<std::vector<int>, std::vector<float>> nf4_by_definition(const s
 }
 
 
-/// Int8 per row, one value at a time in float32: the dequantized weight (rows x cols, row-major).
-inline std::vector<float> int8_per_row_by_definition(const std::vector<float>& w, std::int64_t rows, std::int64_t cols) {
-  std::vector<float> out(w.size());
+/// Int8 per row, one value at a time in float32: each value's code and each row's scale
+/// (rows x cols, row-major).
+inline std::pair<std::vector<float>, std::vector<float>> int8_per_row_by_definition(const std::vector<float>& w,
+                                                                                     std::int64_t rows,
+                                                                                     std::int64_t cols) {
+  std::vector<float> codes(w.size()), scales(static_cast<std::size_t>(rows));
   for (std::int64_t r = 0; r < rows; ++r) {
     float absmax = 0;
     for (std::int64_t c = 0; c < cols; ++c) absmax = std::max(absmax, std::abs(w[r * cols + c]));
     const float scale = std::max(absmax / 127.5F, std::numeric_limits<float>::epsilon());
+    scales[r] = scale;
     for (std::int64_t c = 0; c < cols; ++c)
-      out[r * cols + c] = std::clamp(std::nearbyint(w[r * cols + c] / scale), -128.0F, 127.0F) * scale;
+      codes[r * cols + c] = std::clamp(std::nearbyint(w[r * cols + c] / scale), -128.0F, 127.0F);
   }
-  return out;
+  return {codes, scales};
 }
 
 /// What `format` stores for the float matrix `w`, dequantized to float32, by the definitions above.
@@ -79,8 +83,10 @@ at::Tensor dequantized_by_definition(const at::Tensor& w, const Format& format) 
   std::vector<float> out;
   if constexpr (std::is_same_v<Format, quant::Nf4>)
     out = nf4_by_definition(v, static_cast<int>(format.block_size), static_cast<int>(format.scaler_block_size)).second;
-  else
-    out = int8_per_row_by_definition(v, w.size(0), w.size(1));
+  else {
+    const auto [codes, scales] = int8_per_row_by_definition(v, w.size(0), w.size(1));
+    for (std::size_t i = 0; i < codes.size(); ++i) out.push_back(codes[i] * scales[i / static_cast<std::size_t>(w.size(1))]);
+  }
   return torch::tensor(out).view(w.sizes());
 }
 

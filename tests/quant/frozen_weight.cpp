@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <limits>
 #include <optional>
 #include <vector>
 
@@ -107,16 +106,11 @@ TEST_CASE("Int8 per channel: scale max(absmax / 127.5, eps) per row, q = clamp(r
   const auto packed = quant::Int8PerChannel{}.quantize(weight);
   REQUIRE(packed.data.scalar_type() == at::kChar);
   REQUIRE(packed.scales.numel() == 24);
-  const auto w = values_of(weight), q = values_of(packed.data), s = values_of(packed.scales);
+  const auto q = values_of(packed.data), s = values_of(packed.scales);
+  const auto [codes, scales] = ftopt::test::int8_per_row_by_definition(values_of(weight), 24, 40);
   std::size_t wrong = 0;
-  for (int r = 0; r < 24; ++r) {
-    float absmax = 0;
-    for (int c = 0; c < 40; ++c) absmax = std::max(absmax, std::abs(w[r * 40 + c]));
-    const float scale = std::max(absmax / 127.5F, std::numeric_limits<float>::epsilon());
-    wrong += s[r] != scale;
-    for (int c = 0; c < 40; ++c)
-      wrong += q[r * 40 + c] != std::clamp(std::nearbyint(w[r * 40 + c] / scale), -128.0F, 127.0F);
-  }
+  for (int r = 0; r < 24; ++r) wrong += s[r] != scales[r];
+  for (std::size_t i = 0; i < q.size(); ++i) wrong += q[i] != codes[i];
   CHECK(wrong == 0);
   const auto back = quant::Int8PerChannel::dequantize(packed, at::kFloat);
   CHECK(torch::allclose(back, packed.data.to(at::kFloat) * packed.scales.unsqueeze(1)));
