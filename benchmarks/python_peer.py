@@ -89,8 +89,8 @@ def seconds(step):
 
 
 def fastest_attention(case, optimizer_name):
-    """'sdpa' or 'eager', whichever runs the case's eager step faster here (the best of four each,
-    in alternation, after two warm-up steps)."""
+    """'sdpa' or 'eager', whichever runs the case's eager step faster here (the best of four steps
+    each, after two warm-up steps each)."""
     steps = {a: make_step(case, a, optimizer_name, "eager") for a in ("sdpa", "eager")}
     for step in steps.values():
         step(), step()

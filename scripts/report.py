@@ -99,40 +99,51 @@ TRAINING_CASES = [
     ("vit_bf16_vera", "ViT, bf16 + VeRA r 256 (q, v)"),
     ("mlp_fp32_full", "MLP 784-64-10, fp32, full"),
 ]
-PYTHON_WAYS = [  # counter prefix, column title
-    ("py_sdpa_adamw_eager", "sdpa, AdamW, eager"),
-    ("py_eager_adamw_eager", "eager attn., AdamW, eager"),
-    ("py_sdpa_fused_eager", "sdpa, fused, eager"),
-    ("py_eager_fused_eager", "eager attn., fused, eager"),
-    ("py_fastest_fused_default", "fused, compile default"),
-    ("py_fastest_fused_max_autotune_no_cudagraphs", "fused, compile max-autotune"),
-]
+# The Python ways, as bench_python_peer names their counters (py_<attention>_<optimizer>_<mode>;
+# a model without attention has no attention part), in the table's column order.
+PYTHON_WAYS = ["py_sdpa_adamw_eager", "py_eager_adamw_eager", "py_sdpa_fused_eager", "py_eager_fused_eager",
+               "py_fastest_fused_default", "py_fastest_fused_max_autotune_no_cudagraphs"]
+ATTENTION_TITLES = {"sdpa": "sdpa", "eager": "eager attn.", "fastest": None}  # fastest: named per case
+OPTIMIZER_TITLES = {"adamw": "AdamW", "fused": "fused"}
+MODE_TITLES = {"eager": "eager", "default": "compile default", "max_autotune_no_cudagraphs": "compile max-autotune"}
+
+
+def way_parts(name):
+    """The attention, optimizer and mode of a Python way's counter name (attention None if none)."""
+    words = name.removeprefix("py_").split("_", 1)
+    attention = words[0] if words[0] in ATTENTION_TITLES else None
+    rest = words[1] if attention else name.removeprefix("py_")
+    optimizer, mode = rest.split("_", 1)
+    return attention, optimizer, mode
+
+
+def way_title(name):
+    """A Python way's column title: its attention (where chosen per way), optimizer and mode."""
+    attention, optimizer, mode = way_parts(name)
+    parts = [ATTENTION_TITLES.get(attention), OPTIMIZER_TITLES[optimizer], MODE_TITLES[mode]]
+    return ", ".join(p for p in parts if p)
 
 
 def python_way(entry, prefix):
-    """The counter of a Python way; the MLP's ways have no attention part."""
-    for name in (prefix, prefix.replace("_sdpa", "").replace("_fastest", "")):
-        if name + "_ms" in entry:
-            return name
-    return None
+    """The counter of a Python way in this entry. A model without attention (the MLP) has its ways
+    without the attention part, shown in the default attention's columns (sdpa, and the compiled
+    ones); its eager-attention columns stay empty."""
+    if prefix + "_ms" in entry:
+        return prefix
+    attention, optimizer, mode = way_parts(prefix)
+    name = f"py_{optimizer}_{mode}"
+    return name if attention != "eager" and name + "_ms" in entry else None
 
 
 def strongest_name(entry):
-    label = entry.get("label", "")
-    m = re.search(r"strongest=(\S+)", label)
-    if not m:
-        return "?"
-    for prefix, title in PYTHON_WAYS:
-        if python_way(entry, prefix) == m.group(1):
-            return title if "_sdpa_" in m.group(1) or "_eager_" in m.group(1) or "fastest" in m.group(1) \
-                else title.split(", ", 1)[1]  # a model without attention: no attention choice
-    return m.group(1)
+    m = re.search(r"strongest=(\S+)", entry.get("label", ""))
+    return way_title(m.group(1)) if m else "?"
 
 
 def render_python_peer_training(machine):
     data = load(machine, "python_peer")
     cases = by_case(data)
-    head = ["step", "ftopt, FusedAdamW", "ftopt, AdamW"] + [t for _, t in PYTHON_WAYS] + [
+    head = ["step", "ftopt, FusedAdamW", "ftopt, AdamW"] + [way_title(w) for w in PYTHON_WAYS] + [
         "Python's strongest", "strongest / ftopt", "plain AdamW: Python / ftopt", "most users / ftopt"]
     lines = [f"Machine: {machine_line(data['context'])}; Python: {data['context'].get('python', '?')}.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -141,7 +152,7 @@ def render_python_peer_training(machine):
             continue
         e = cases[case]
         row = [title, ms(e["ftopt_fused_ms"]), ms(e["ftopt_adamw_ms"])]
-        for prefix, _ in PYTHON_WAYS:
+        for prefix in PYTHON_WAYS:
             way = python_way(e, prefix)
             row.append(ms(e[way + "_ms"]) if way else "-")
         row += [f"{strongest_name(e)}", f"**{ratio(e['strongest_x'])}**", ratio(e["adamw_x"]), ratio(e["most_x"])]
@@ -158,13 +169,13 @@ def render_python_peer_compile(machine):
         if case not in cases:
             continue
         e = cases[case]
-        for prefix, way_title in PYTHON_WAYS[4:]:
+        for prefix in PYTHON_WAYS[4:]:
             way = python_way(e, prefix)
             if not way:
                 continue
             m = re.search(re.escape(way) + r" attention=(\S+)", e.get("label", ""))
             attention = m.group(1) if m and m.group(1) != "-" else "none"
-            lines.append(f"| {title} | {way_title.split(', ', 1)[1]} | {attention} | {e[way + '_compile_s']:.0f} s | "
+            lines.append(f"| {title} | {MODE_TITLES[way_parts(way)[2]]} | {attention} | {e[way + '_compile_s']:.0f} s | "
                          f"{e[way + '_graph_breaks']:.0f} | {e[way + '_graphs']:.0f} |")
     return "\n".join(lines) + "\n"
 
