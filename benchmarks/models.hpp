@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <ftopt/detail/compat.hpp>
+#include <ftopt/models/bert.hpp>
 #include <ftopt/models/vit.hpp>
 
 namespace ftopt::bench {
@@ -20,6 +21,22 @@ inline const ftopt::models::ViTOptions vit_d256{.image_size = 28, .patch_size = 
 /// 512, 4x4 patches of 28x28 (50 tokens), 5 labels.
 inline const ftopt::models::ViTOptions vit_main{.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 128,
                                                 .layers = 4, .heads = 4, .intermediate = 512, .num_labels = 5};
+
+/// all-MiniLM-L6-v2's architecture (its config.json: 6 layers, hidden 384, 12 heads, MLP 1536,
+/// vocab 30522, dropout 0.1) as transformers' BertForSequenceClassification with 5 labels (the
+/// pooler's [CLS]; the main job's mean pooling costs the same). The step benchmarks use random
+/// weights: the time of a step does not depend on them.
+inline const ftopt::models::BertOptions minilm{.vocab_size = 30522, .hidden = 384, .layers = 6, .heads = 12,
+                                               .intermediate = 1536, .num_labels = 5};
+
+/// A batch of `batch` random token sequences of `tokens` ids for minilm ([CLS] ... [SEP], no
+/// padding: every BBC article is longer than 128 tokens) and labels.
+inline std::pair<torch::Tensor, torch::Tensor> minilm_batch(std::int64_t batch = 32, std::int64_t tokens = 128) {
+  auto ids = torch::randint(1000, 30000, {batch, tokens}, torch::kLong);
+  ids.select(1, 0).fill_(101);
+  ids.select(1, tokens - 1).fill_(102);
+  return {ftopt::models::bert_input(ids, torch::ones_like(ids)), torch::randint(0, 5, {batch}, torch::kLong)};
+}
 
 struct BlockImpl : torch::nn::Module {
   BlockImpl(std::int64_t dim, std::int64_t heads)

@@ -4,9 +4,11 @@
 // the recorded steps and printed as ms per step, largest first. The tables in docs/benchmarks.md
 // come from it.
 //
-//   build/benchmarks/bench_profile_step [fp32|bf16] [full|lora|mlp|infer|infer-int8] [steps] [shapes]
+//   build/benchmarks/bench_profile_step [fp32|bf16] [full|lora|mlp|infer|infer-int8|bert-lora|bert-full] [steps] [shapes]
 // ("mlp": bench_python_peer's 784-64-10 MLP, batch 32, with optim::FusedAdamW; "infer": the
-// ViT's forward in eval mode, batch 256, and "infer-int8" the same after quant::DynamicInt8.)
+// ViT's forward in eval mode, batch 256, and "infer-int8" the same after quant::DynamicInt8;
+// "bert-lora" and "bert-full": all-MiniLM-L6-v2's architecture, batch 32 x 128 tokens, the PEFT
+// recipe's LoRA or full fine-tuning, optim::FusedAdamW.)
 // ("shapes" keys each row by the op's input shapes too.) With FTOPT_PROFILE_OUT=FILE it also
 // writes the table as JSON in Google Benchmark's shape (one run per op, ms per step, with the
 // machine's context), which scripts/report.py --store files as profile_step_<precision>_<what>.
@@ -175,6 +177,18 @@ int with_peft(const std::string& peft, int steps, bool by_shape) {
     return profile<Precision>(ftopt::peft::Lora({.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
                                                  .modules_to_save = {"classifier"}}),
                               vit(), images(), steps, by_shape);
+  if (peft == "bert-lora" || peft == "bert-full") {  // the main job's text model, batch 32 x 128 tokens
+    torch::manual_seed(0);
+    ftopt::models::Bert bert(ftopt::bench::minilm);
+    auto batch = ftopt::bench::minilm_batch();
+    if (peft == "bert-full")
+      return profile<Precision, ftopt::peft::Full, ftopt::optim::FusedAdamW>(ftopt::peft::Full{}, bert, batch, steps,
+                                                                             by_shape);
+    return profile<Precision, ftopt::peft::Lora, ftopt::optim::FusedAdamW>(
+        ftopt::peft::Lora({.r = 8, .alpha = 16, .dropout = 0.1, .targets = {"query", "value"},
+                           .modules_to_save = {"classifier"}}),
+        bert, batch, steps, by_shape);
+  }
   if (peft == "mlp")  // bench_python_peer's MLP: 784-64-10, batch 32, full, FusedAdamW
     return profile<Precision, ftopt::peft::Full, ftopt::optim::FusedAdamW>(
         ftopt::peft::Full{}, ftopt::models::Mlp({.in = 784, .hidden = {64}, .out = 10}),

@@ -9,7 +9,8 @@
 // Cases: the d-256 ViT (6 blocks, 4 heads, MLP 1024, 4x4 patches of 28x28 images = 50 tokens,
 // batch 128, AdamW) in fp32, under bf16 autocast, and under bf16 with LoRA r 8 on query and
 // value, with DoRA there, and with VeRA r 256 there; the 784-64-10 MLP, batch 32, fp32; ViT
-// inference. Contenders for a training case:
+// inference; all-MiniLM-L6-v2's BERT (batch 32 x 128 tokens) with the PEFT recipe's LoRA under
+// bf16 and in full in fp32. Contenders for a training case:
 //   ftopt_adamw, ftopt_fused     ftopt's Trainer with torch::optim::AdamW (one kernel per tensor)
 //                                and with optim::FusedAdamW (ATen's fused kernel) on twin models;
 //   py_<attention>_<optimizer>_<mode>
@@ -296,6 +297,22 @@ void vit_bf16_vera(benchmark::State& state) {
   vit_case<ftopt::precision::Bf16Mixed>(state, "vit_bf16_vera", ftopt::peft::Vera({.r = 256, .targets = {"query", "value"}}),
                                         /*full_width_linears=*/2);
 }
+/// all-MiniLM-L6-v2's BERT (benchmarks/models.hpp: minilm), batch 32 x 128 tokens, dropout 0.1 as
+/// its config: the PEFT recipe's LoRA in bf16 (the main job's best row), and full fine-tuning in
+/// fp32 (its baseline).
+template <class Precision, class Peft = ftopt::peft::Full>
+void bert_case(benchmark::State& state, const std::string& name, Peft peft = {}) {
+  const auto batch = ftopt::bench::minilm_batch();
+  auto make = [] { return ftopt::models::Bert(ftopt::bench::minilm); };
+  run_case<ftopt::Trainer<Precision, Peft>, ftopt::models::Bert>(state, name, make, std::move(peft), batch, true, 1);
+}
+void bert_bf16_lora(benchmark::State& state) {
+  bert_case<ftopt::precision::Bf16Mixed>(state, "bert_bf16_lora",
+                                         ftopt::peft::Lora({.r = 8, .alpha = 16, .dropout = 0.1,
+                                                            .targets = {"query", "value"},
+                                                            .modules_to_save = {"classifier"}}));
+}
+void bert_fp32_full(benchmark::State& state) { bert_case<ftopt::precision::Fp32>(state, "bert_fp32_full"); }
 void mlp_fp32_full(benchmark::State& state) {
   const std::pair batch{torch::randn({32, 784}), torch::randint(0, 10, {32})};
   auto make = [] { return ftopt::models::Mlp({.in = 784, .hidden = {64}, .out = 10}); };
@@ -366,6 +383,8 @@ BENCHMARK(vit_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(12)->UseReal
 BENCHMARK(vit_bf16_dora)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_vera)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(mlp_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(30)->UseRealTime();
+BENCHMARK(bert_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(8)->UseRealTime();
+BENCHMARK(bert_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(4)->UseRealTime();
 BENCHMARK(vit_inference)->Unit(benchmark::kMillisecond)->Iterations(10)->UseRealTime();
 
 /// The Python side's versions, for the results' context.

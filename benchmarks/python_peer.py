@@ -8,7 +8,8 @@ Protocol (stdin -> stdout, one line each):
     steps N -> SECONDS (the median wall time of N steps run back to back, timed here)
     quit
 CASE: vit_fp32_full | vit_bf16_full | vit_bf16_lora | vit_bf16_dora | vit_bf16_vera | mlp_fp32_full
-    (the d-256 ViT of 6 blocks, MLP 1024, 50 tokens, batch 128; the 784-64-10 MLP, batch 32), or
+    (the d-256 ViT of 6 blocks, MLP 1024, 50 tokens, batch 128; the 784-64-10 MLP, batch 32),
+    bert_bf16_lora | bert_fp32_full (all-MiniLM-L6-v2's BERT, batch 32 x 128 tokens), or
     the inference cases vit_infer_fp32 | vit_infer_int8 (the same ViT in eval mode under no_grad,
     batch 256; int8: torch.ao.quantization.quantize_dynamic on every Linear).
 ATTENTION: sdpa (transformers' default: torch's scaled_dot_product_attention) | eager (attention
@@ -34,6 +35,8 @@ def make(case, attention):
         model = torch.nn.Sequential(torch.nn.Linear(784, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
         x, y = torch.randn(32, 784), torch.randint(0, 10, (32,))
         return model, (lambda m: m(x)), y, False
+    if case.startswith("bert"):
+        return make_bert(case, attention)
     from transformers import ViTConfig, ViTForImageClassification
     config = ViTConfig(image_size=28, patch_size=4, num_channels=1, hidden_size=256, num_hidden_layers=6,
                        num_attention_heads=4, intermediate_size=1024, num_labels=10, hidden_dropout_prob=0.0,
@@ -55,6 +58,25 @@ def make(case, attention):
         return model, (lambda m: m(pixel_values=x).logits), None, False
     x, y = torch.randn(128, 1, 28, 28), torch.randint(0, 10, (128,))
     return model, (lambda m: m(pixel_values=x).logits), y, case != "vit_fp32_full"
+
+
+def make_bert(case, attention):
+    """all-MiniLM-L6-v2's architecture as BertForSequenceClassification (5 labels, dropout 0.1 as
+    its config), batch 32 x 128 tokens without padding; bert_bf16_lora: PEFT's recipe (r 8,
+    alpha 16, query and value, dropout 0.1) with the new head trained in full."""
+    from transformers import BertConfig, BertForSequenceClassification
+    config = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                        intermediate_size=1536, num_labels=5, attn_implementation=attention)
+    model = BertForSequenceClassification(config)
+    if case == "bert_bf16_lora":
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"],
+                                                 lora_dropout=0.1, bias="none", modules_to_save=["classifier"]))
+    ids = torch.randint(1000, 30000, (32, 128))
+    ids[:, 0], ids[:, -1] = 101, 102
+    mask = torch.ones_like(ids)
+    y = torch.randint(0, 5, (32,))
+    return model, (lambda m: m(input_ids=ids, attention_mask=mask).logits), y, case != "bert_fp32_full"
 
 
 def make_step(case, attention, optimizer_name, mode):

@@ -1,5 +1,7 @@
-// The main job: pretrain a backbone on Fashion-MNIST classes 0-4 (cached on disk after the first
-// run), then fine-tune it on classes 5-9: the naive baseline (fp32, full fine-tuning), Bf16Mixed
+// The main job. By default (--task bbc-news, text_task.hpp): fine-tune all-MiniLM-L6-v2, a
+// pretrained BERT, on the BBC News articles, the naive baseline against ftopt's policies.
+// With --task fashion-mnist: pretrain a backbone on Fashion-MNIST classes 0-4 (cached on disk
+// after the first run), then fine-tune it on classes 5-9: the naive baseline (fp32, full fine-tuning), Bf16Mixed
 // where the CPU computes bf16 natively, full fine-tuning with optim::AdamW8bit, and the PEFT
 // policies (for the ViT: LoRA on every Linear of the blocks, with memory::Checkpoint, on query and
 // value, its variants rsLoRA, DoRA, PiSSA and LoRA+, IA3, VeRA, and LoRA over an int8 and an NF4
@@ -42,6 +44,7 @@
 #include "pretraining.hpp"
 #include "runs.hpp"
 #include "table.hpp"
+#include "text_task.hpp"
 
 namespace finetune {
 
@@ -140,6 +143,7 @@ int main(int argc, char** argv) try {
   using namespace finetune;
   const Options args = parse(argc, argv);
   selection = {.only = args.rows, .seed = args.seed};
+  if (args.task == "bbc-news") return run_text(args);
   // A combination the grid does not have is refused before any data is loaded.
   if (args.named()) MainGrid::check<ftopt::models::ViT>(named_combination(args, args.precision == "bf16"));
   if (args.model == "resnet") return run(args, &make_resnet, {"layer4", "fc"});

@@ -17,6 +17,10 @@
 namespace finetune {
 
 struct Options {
+  std::string task = "bbc-news";   ///< bbc-news: the pretrained text encoder; fashion-mnist: the image job
+  std::int64_t max_length = 128;   ///< bbc-news: tokens per article, [CLS] and [SEP] included
+  std::string pooling = "mean";    ///< bbc-news: mean (sentence-transformers') or pooler (BertForSequenceClassification's)
+  std::string text_model, text_data;  ///< bbc-news: the model folder and the class folders (default: FTOPT_DATA_DIR's)
   std::string model = "vit";
   std::string precision = "auto";  ///< auto: Bf16Mixed where the CPU has native bf16, else fp32
   std::int64_t epochs = 1;
@@ -124,10 +128,23 @@ inline CLI::Validator fraction() {
 inline Options parse(int argc, char** argv) {
   Options o;
   if (const char* home = std::getenv("HOME")) o.cache = std::string(home) + "/.cache/ftopt";
-  CLI::App app{"The main job: pretrain a backbone on Fashion-MNIST classes 0-4 (cached), fine-tune it on classes\n"
-               "5-9 with the naive baseline and ftopt's best policies, and close with a table (docs/models.md).",
+  CLI::App app{"The main job: fine-tune all-MiniLM-L6-v2 (a pretrained BERT) on BBC News with the naive baseline and\n"
+               "ftopt's policies, and close with a table. --task fashion-mnist: pretrain a backbone on Fashion-MNIST\n"
+               "classes 0-4 (cached), fine-tune it on classes 5-9 (docs/models.md).",
                "finetune"};
   app.get_formatter()->column_width(34);
+  app.add_option("--task", o.task, "what to fine-tune")
+      ->check(CLI::IsMember({"bbc-news", "fashion-mnist"}))
+      ->capture_default_str();
+  app.add_option("--max-length", o.max_length, "bbc-news: tokens per article ([CLS] and [SEP] included)")
+      ->check(detail::at_least(8))
+      ->capture_default_str();
+  app.add_option("--pooling", o.pooling, "bbc-news: what the classifier reads: the mean of the tokens (as all-MiniLM-L6-v2 "
+                 "was trained) or the [CLS] token's pooler (BertForSequenceClassification)")
+      ->check(CLI::IsMember({"mean", "pooler"}))
+      ->capture_default_str();
+  app.add_option("--text-model", o.text_model, "bbc-news: a Hugging Face BERT folder (default: the installed all-MiniLM-L6-v2)");
+  app.add_option("--text-data", o.text_data, "bbc-news: a folder of class folders of .txt files (default: the installed BBC News)");
   app.add_option("--model", o.model, "the model")->check(CLI::IsMember({"vit", "resnet"}))->capture_default_str();
   app.add_option("--precision", o.precision, "auto: Bf16Mixed where the CPU computes bf16 natively, else fp32")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
@@ -189,6 +206,9 @@ inline Options parse(int argc, char** argv) {
     std::exit(1);
   }
   const int modes = int(o.named()) + int(o.autotune) + int(!o.grid_dir.empty()) + int(o.all_classes);
+  ftopt::check(o.task == "fashion-mnist" || (modes == 0 && o.profile.empty() && o.model == "vit"),
+               "finetune: --model, --peft, --memory, --quant, --auto, --grid, --all-classes and --profile go with "
+               "--task fashion-mnist");
   ftopt::check(modes <= 1, "finetune: choose one of --peft/--memory/--quant, --auto, --grid and --all-classes");
   ftopt::check(modes == 0 || o.all_classes || o.model == "vit",
                "finetune: --peft, --memory, --quant, --auto and --grid choose among the ViT's policy grid; "

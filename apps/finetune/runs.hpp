@@ -37,8 +37,8 @@ struct Row {
 /// The test set evaluated with the model's weights in bf16 (the fastest inference path where
 /// the CPU computes bf16), the parameters and buffers (BatchNorm's running statistics) then put
 /// back as they were, not as bf16 rounded them.
-template <class M>
-ftopt::EvalStats evaluate_bf16_weights(M& model, ftopt::data::TensorBatches& batches) {
+template <class M, class Batches>
+ftopt::EvalStats evaluate_bf16_weights(M& model, Batches& batches) {
   const auto tensors = [&] {
     auto all = model->parameters();
     for (const auto& b : model->buffers()) all.push_back(b);
@@ -78,44 +78,13 @@ enum class Loading {
   Pipeline,  ///< pipeline::from | shuffle | [augment] | batch | prefetch: a worker keeps batches ready
 };
 
-/// Trains one row. `Pipelines`: whether the pipeline loadings are compiled in (the grid's
-/// combinations train in memory only, which keeps the main grid's compile time down).
-/// `Optimizer`: AdamW, or an optimizer that takes its options (optim::AdamW8bit).
-template <bool Pipelines = true, class Optimizer = torch::optim::AdamW, class Trainer, class M>
-Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_set, const Prepared& test_set,
-          double lr, Loading loading = Loading::InMemory, bool augmented = false, bool int8 = true) {
-  namespace fp = ftopt::pipeline;
-  if (!selection.wants(setup)) return {};  // left out by --rows: no setup, no line in the table
-  std::cerr << "\n== " << setup << '\n';
-  torch::manual_seed(selection.seed);  // every row starts from the same random state (adapter initialization)
-  ftopt::data::TensorBatches test_batches(test_set.images, test_set.labels, {.batch_size = 500, .shuffle = false});
-  // One group, or the Peft policy's (LoRA+ gives B a larger lr).
-  Optimizer optimizer(trainer.parameter_groups(model, torch::optim::AdamWOptions(lr).weight_decay(0.05)));
-  const auto& params = trainer.trainable_parameters();
-  if (const auto& saved = trainer.options().checkpoint; saved && std::filesystem::exists(saved->path)) {
-    trainer.load_checkpoint(saved->path, model, optimizer);
-    std::cerr << "resumed from " << saved->path.string() << " after epoch " << trainer.progress().epochs << '\n';
-  }
-  const auto fit = [&] {
-    if (!Pipelines || loading == Loading::InMemory) {
-      ftopt::data::TensorBatches batches(train_set.images, train_set.labels, {.batch_size = 128, .seed = selection.seed});
-      return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
-    }
-    if constexpr (!Pipelines) return ftopt::FitSummary{};
-    else {
-    // Shifts of up to 2 pixels each way, the border black (torchvision's RandomCrop(28, padding=2)), and flips.
-    const fp::AugmentOptions shift_flip{.crop = fp::RandomCrop{.size = 28, .padding = 2, .fill = train_set.background},
-                                        .horizontal_flip = 0.5, .seed = 2};
-    auto samples = fp::from(train_set.images, train_set.labels) | fp::shuffle(selection.seed);
-    auto prefetched = fp::PrefetchOptions{.workers = 1, .depth = 4};
-    if (augmented) {
-      auto batches = std::move(samples) | fp::augment(shift_flip) | fp::batch(128) | fp::prefetch(prefetched);
-      return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
-    }
-    auto batches = std::move(samples) | fp::batch(128) | fp::prefetch(prefetched);
-    return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
-    }
-  }();
+/// A row from a finished fit: time per epoch, data wait, peak memory, parameters, the test
+/// accuracy, and (int8) the inference paths after training, adapters merged (Trainer::finalize):
+/// the test set in fp32, with bf16 weights, and with every Linear dynamically quantized (by the
+/// combination's own Quant policy when it has one).
+template <class Trainer, class M, class Batches>
+Row finish_row(std::string setup, Trainer& trainer, M& model, const ftopt::FitSummary& fit, Batches& test_batches,
+               bool int8 = true) {
   std::size_t peak_bytes = 0;
   double seconds = 0, waiting = 0;
   for (const auto& e : fit.epochs) {
@@ -129,6 +98,7 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
           << 100.0 * static_cast<double>(trainer.peft().base_bytes()) / static_cast<double>(trainer.peft().float_base_bytes());
     setup += "; base " + share.str() + "% of fp32";
   }
+  const auto& params = trainer.trainable_parameters();
   auto test = trainer.evaluate(model, test_batches);
   std::cerr << "test accuracy " << std::fixed << std::setprecision(2) << 100.0 * test.accuracy.value_or(0) << "%\n";
   Row row{std::move(setup), fit.epochs.empty() ? 0.0 : seconds / static_cast<double>(fit.epochs.size()),
@@ -154,6 +124,46 @@ Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_se
             << "%, " << std::setprecision(2) << row.bf16_speedup << "x fp32's speed; quant::DynamicInt8 "
             << 100.0 * row.int8_accuracy << "%, " << row.int8_speedup << "x\n";
   return row;
+}
+
+/// Trains one row. `Pipelines`: whether the pipeline loadings are compiled in (the grid's
+/// combinations train in memory only, which keeps the main grid's compile time down).
+/// `Optimizer`: AdamW, or an optimizer that takes its options (optim::AdamW8bit).
+template <bool Pipelines = true, class Optimizer = torch::optim::AdamW, class Trainer, class M>
+Row train(std::string setup, Trainer trainer, M& model, const Prepared& train_set, const Prepared& test_set,
+          double lr, Loading loading = Loading::InMemory, bool augmented = false, bool int8 = true) {
+  namespace fp = ftopt::pipeline;
+  if (!selection.wants(setup)) return {};  // left out by --rows: no setup, no line in the table
+  std::cerr << "\n== " << setup << '\n';
+  torch::manual_seed(selection.seed);  // every row starts from the same random state (adapter initialization)
+  ftopt::data::TensorBatches test_batches(test_set.images, test_set.labels, {.batch_size = 500, .shuffle = false});
+  // One group, or the Peft policy's (LoRA+ gives B a larger lr).
+  Optimizer optimizer(trainer.parameter_groups(model, torch::optim::AdamWOptions(lr).weight_decay(0.05)));
+  if (const auto& saved = trainer.options().checkpoint; saved && std::filesystem::exists(saved->path)) {
+    trainer.load_checkpoint(saved->path, model, optimizer);
+    std::cerr << "resumed from " << saved->path.string() << " after epoch " << trainer.progress().epochs << '\n';
+  }
+  const auto fit = [&] {
+    if (!Pipelines || loading == Loading::InMemory) {
+      ftopt::data::TensorBatches batches(train_set.images, train_set.labels, {.batch_size = 128, .seed = selection.seed});
+      return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
+    }
+    if constexpr (!Pipelines) return ftopt::FitSummary{};
+    else {
+    // Shifts of up to 2 pixels each way, the border black (torchvision's RandomCrop(28, padding=2)), and flips.
+    const fp::AugmentOptions shift_flip{.crop = fp::RandomCrop{.size = 28, .padding = 2, .fill = train_set.background},
+                                        .horizontal_flip = 0.5, .seed = 2};
+    auto samples = fp::from(train_set.images, train_set.labels) | fp::shuffle(selection.seed);
+    auto prefetched = fp::PrefetchOptions{.workers = 1, .depth = 4};
+    if (augmented) {
+      auto batches = std::move(samples) | fp::augment(shift_flip) | fp::batch(128) | fp::prefetch(prefetched);
+      return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
+    }
+    auto batches = std::move(samples) | fp::batch(128) | fp::prefetch(prefetched);
+    return trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
+    }
+  }();
+  return finish_row(std::move(setup), trainer, model, fit, test_batches, int8);
 }
 
 /// The ViT's adapter settings, shared by the best rows and the policy grid (grid_modes.hpp):

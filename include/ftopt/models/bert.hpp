@@ -51,6 +51,12 @@ enum class HiddenAct {
   Relu,      ///< "relu"
 };
 
+/// What the classifier reads.
+enum class BertPooling {
+  Pooler,  ///< the [CLS] token through the pooler (dense + tanh): BertForSequenceClassification's
+  Mean,    ///< the mean of the hidden states over the tokens (sentence-transformers' embedding)
+};
+
 /// HF's BertConfig fields; the comments give config.json's names where they differ.
 /// Defaults are bert-base-uncased's.
 struct BertOptions {
@@ -69,6 +75,9 @@ struct BertOptions {
   std::int64_t pad_token_id = 0;
   double initializer_range = 0.02;
   std::int64_t num_labels = 2;
+  /// Not in BertConfig: Mean suits checkpoints trained for mean-pooled embeddings (sentence-
+  /// transformers' models), whose [CLS] token and pooler were never trained to summarize.
+  BertPooling pooling = BertPooling::Pooler;
 
   void validate() const {
     check(vocab_size >= 1, "BertOptions: vocab_size must be >= 1, got ", vocab_size);
@@ -300,7 +309,8 @@ private:
 TORCH_MODULE(BertModel);
 
 /// HF BertForSequenceClassification: BertModel, dropout and a linear classifier on the pooled
-/// [CLS] token. forward(input) -> logits [B, num_labels].
+/// [CLS] token (or, with BertPooling::Mean, on the mean of the hidden states over the tokens).
+/// forward(input) -> logits [B, num_labels].
 class BertImpl : public torch::nn::Module {
 public:
   /// Its self-attention layers accept prefixes (peft::Prefix).
@@ -316,7 +326,10 @@ public:
     initialize();
   }
 
-  torch::Tensor forward(const torch::Tensor& input) { return classifier(dropout(bert->pooler(bert(input)))); }
+  torch::Tensor forward(const torch::Tensor& input) {
+    if (options_.pooling == BertPooling::Pooler) return classifier(dropout(bert->pooler(bert(input))));
+    return classifier(dropout(sentence_embedding(input)));
+  }
 
   /// sentence-transformers' sentence embedding: mean pooling over the mask (no L2 norm).
   torch::Tensor sentence_embedding(const torch::Tensor& input) {

@@ -34,6 +34,7 @@ struct BertLoadOptions {
   std::optional<double> dropout;            ///< overrides hidden_dropout_prob
   std::optional<double> attention_dropout;  ///< overrides attention_probs_dropout_prob
   std::optional<double> classifier_dropout;
+  BertPooling pooling = BertPooling::Pooler;
 };
 
 /// BertOptions from a config.json (HF BertConfig); num_labels from id2label when it has one.
@@ -52,44 +53,48 @@ BertOptions bert_options_from_config(const std::filesystem::path& path) {
     fail(where, ": not valid JSON (", e.what(), ")");
   }
   check(c.is_object(), where, ": not a JSON object");
-  const std::string model_type = c.contains("model_type") ? c["model_type"].template get<std::string>() : "";
-  check(model_type == "bert", where, ": model_type is '", model_type, "', not 'bert' (models::Bert reads BERT "
-        "checkpoints)");
-  auto get = [&](const char* key, auto fallback) {
-    using T = decltype(fallback);
-    if (!c.contains(key) || c[key].is_null()) return fallback;
-    try {
-      return c[key].template get<T>();
-    } catch (const typename Json::exception&) {
-      fail(where, ": ", key, " is ", c[key].dump(), ", not a ", std::is_floating_point_v<T> ? "number" : "integer");
-    }
-  };
   BertOptions o;
-  o.vocab_size = get("vocab_size", o.vocab_size);
-  o.hidden = get("hidden_size", o.hidden);
-  o.layers = get("num_hidden_layers", o.layers);
-  o.heads = get("num_attention_heads", o.heads);
-  o.intermediate = get("intermediate_size", o.intermediate);
-  o.dropout = get("hidden_dropout_prob", o.dropout);
-  o.attention_dropout = get("attention_probs_dropout_prob", o.attention_dropout);
-  if (c.contains("classifier_dropout") && !c["classifier_dropout"].is_null())
-    o.classifier_dropout = get("classifier_dropout", 0.0);
-  o.max_position_embeddings = get("max_position_embeddings", o.max_position_embeddings);
-  o.type_vocab_size = get("type_vocab_size", o.type_vocab_size);
-  o.layer_norm_eps = get("layer_norm_eps", o.layer_norm_eps);
-  o.pad_token_id = get("pad_token_id", o.pad_token_id);
-  o.initializer_range = get("initializer_range", o.initializer_range);
-  if (c.contains("id2label") && c["id2label"].is_object() && !c["id2label"].empty())
-    o.num_labels = static_cast<std::int64_t>(c["id2label"].size());
-  const std::string act = c.contains("hidden_act") ? c["hidden_act"].template get<std::string>() : "gelu";
-  if (act == "gelu") o.hidden_act = HiddenAct::Gelu;
-  else if (act == "gelu_new" || act == "gelu_pytorch_tanh") o.hidden_act = HiddenAct::GeluTanh;
-  else if (act == "relu") o.hidden_act = HiddenAct::Relu;
-  else fail(where, ": hidden_act '", act, "' is not one models::Bert has (gelu, gelu_new, gelu_pytorch_tanh, relu)");
-  const std::string position = c.contains("position_embedding_type") ? c["position_embedding_type"].template get<std::string>()
-                                                                      : "absolute";
-  check(position == "absolute", where, ": position_embedding_type '", position, "' is not 'absolute', the only one "
-        "models::Bert has");
+  try {
+    const std::string model_type = c.contains("model_type") ? c["model_type"].template get<std::string>() : "";
+    check(model_type == "bert", where, ": model_type is '", model_type, "', not 'bert' (models::Bert reads BERT "
+          "checkpoints)");
+    auto get = [&](const char* key, auto fallback) {
+      using T = decltype(fallback);
+      if (!c.contains(key) || c[key].is_null()) return fallback;
+      try {
+        return c[key].template get<T>();
+      } catch (const typename Json::exception&) {
+        fail(where, ": ", key, " is ", c[key].dump(), ", not a ", std::is_floating_point_v<T> ? "number" : "integer");
+      }
+    };
+    o.vocab_size = get("vocab_size", o.vocab_size);
+    o.hidden = get("hidden_size", o.hidden);
+    o.layers = get("num_hidden_layers", o.layers);
+    o.heads = get("num_attention_heads", o.heads);
+    o.intermediate = get("intermediate_size", o.intermediate);
+    o.dropout = get("hidden_dropout_prob", o.dropout);
+    o.attention_dropout = get("attention_probs_dropout_prob", o.attention_dropout);
+    if (c.contains("classifier_dropout") && !c["classifier_dropout"].is_null())
+      o.classifier_dropout = get("classifier_dropout", 0.0);
+    o.max_position_embeddings = get("max_position_embeddings", o.max_position_embeddings);
+    o.type_vocab_size = get("type_vocab_size", o.type_vocab_size);
+    o.layer_norm_eps = get("layer_norm_eps", o.layer_norm_eps);
+    o.pad_token_id = get("pad_token_id", o.pad_token_id);
+    o.initializer_range = get("initializer_range", o.initializer_range);
+    if (c.contains("id2label") && c["id2label"].is_object() && !c["id2label"].empty())
+      o.num_labels = static_cast<std::int64_t>(c["id2label"].size());
+    const std::string act = c.contains("hidden_act") ? c["hidden_act"].template get<std::string>() : "gelu";
+    if (act == "gelu") o.hidden_act = HiddenAct::Gelu;
+    else if (act == "gelu_new" || act == "gelu_pytorch_tanh") o.hidden_act = HiddenAct::GeluTanh;
+    else if (act == "relu") o.hidden_act = HiddenAct::Relu;
+    else fail(where, ": hidden_act '", act, "' is not one models::Bert has (gelu, gelu_new, gelu_pytorch_tanh, relu)");
+    const std::string position = c.contains("position_embedding_type") ? c["position_embedding_type"].template get<std::string>()
+                                                                        : "absolute";
+    check(position == "absolute", where, ": position_embedding_type '", position, "' is not 'absolute', the only one "
+          "models::Bert has");
+  } catch (const typename Json::exception& e) {  // a field of the wrong JSON type
+    fail(where, ": ", e.what());
+  }
   o.validate();
   return o;
 }
@@ -110,6 +115,7 @@ LoadedBert load_bert(const std::filesystem::path& folder, const BertLoadOptions&
   if (load.dropout) options.dropout = *load.dropout;
   if (load.attention_dropout) options.attention_dropout = *load.attention_dropout;
   if (load.classifier_dropout) options.classifier_dropout = load.classifier_dropout;
+  options.pooling = load.pooling;
   std::filesystem::path file = folder / "model.safetensors";
   if (!std::filesystem::is_regular_file(file)) file = folder / "pytorch_model.bin";
   check(std::filesystem::is_regular_file(file), "models::load_bert: ", folder.string(),

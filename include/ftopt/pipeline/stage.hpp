@@ -1,5 +1,5 @@
 #pragma once
-/// The machinery every Pipeline stage shares: what flows (files, samples, batches), where it
+/// The machinery every Pipeline stage shares: what flows (texts, files, samples, batches), where it
 /// lives (host, pinned, device), the two kinds of stage, and how they compose.
 ///
 /// Indexed stages (sources, shuffle, shard, decode_jpeg, cache, augment, batch) compute element
@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <iterator>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -40,6 +41,7 @@ namespace ftopt::pipeline {
 
 /// What flows through a stage.
 enum class Kind {
+  Texts,    ///< texts and their labels (a Texts source before tokenize)
   Files,    ///< encoded files and their labels (an ImageFolder before decode_jpeg)
   Samples,  ///< one decoded sample and its target
   Batches,  ///< (inputs, targets) pairs of stacked samples
@@ -51,6 +53,12 @@ enum class Place { Host, Pinned, Device };
 /// An encoded file and its class index.
 struct File {
   std::filesystem::path path;
+  std::int64_t label = 0;
+};
+
+/// A text (UTF-8) and its class index.
+struct Text {
+  std::string text;
   std::int64_t label = 0;
 };
 
@@ -170,10 +178,12 @@ concept Stage = requires {
 template <class R>
 consteval Kind element_kind() {
   using E = std::remove_cvref_t<ranges::range_reference_t<R>>;
-  static_assert(std::is_same_v<E, File> || std::is_same_v<E, Sample> || std::is_same_v<E, Batch>,
-                "ftopt::pipeline: a range between stages must yield pipeline::File, pipeline::Sample or "
-                "pipeline::Batch (an (inputs, targets) pair)");
-  if constexpr (std::is_same_v<E, File>) return Kind::Files;
+  static_assert(std::is_same_v<E, Text> || std::is_same_v<E, File> || std::is_same_v<E, Sample> ||
+                    std::is_same_v<E, Batch>,
+                "ftopt::pipeline: a range between stages must yield pipeline::Text, pipeline::File, "
+                "pipeline::Sample or pipeline::Batch (an (inputs, targets) pair)");
+  if constexpr (std::is_same_v<E, Text>) return Kind::Texts;
+  else if constexpr (std::is_same_v<E, File>) return Kind::Files;
   else if constexpr (std::is_same_v<E, Sample>) return Kind::Samples;
   else return Kind::Batches;
 }

