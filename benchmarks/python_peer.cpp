@@ -5,6 +5,7 @@
 //
 //   FTOPT_BENCH_THREADS=2 build/benchmarks/bench_python_peer
 //       --benchmark_out=python_peer.json --benchmark_out_format=json     (scripts/bench.sh runs it)
+//   ./scripts/bench.sh text_peer        (bench_text_peer: the all-MiniLM-L6-v2 cases)
 //
 // Cases: the d-256 ViT (6 blocks, 4 heads, MLP 1024, 4x4 patches of 28x28 images = 50 tokens,
 // batch 128, AdamW) in fp32, under bf16 autocast, and under bf16 with LoRA r 8 on query and
@@ -47,8 +48,13 @@
 #include <ftopt.hpp>
 
 #include "machine.hpp"
+#include "python_process.hpp"
 #include "models.hpp"
 #include "side_by_side.hpp"
+
+// One source, two executables (bench_python_peer, bench_text_peer): each registers some of the
+// cases below, so the others are unused in it.
+#pragma GCC diagnostic ignored "-Wunused-function"
 
 namespace {
 
@@ -81,48 +87,22 @@ struct PythonWay {
   }
 };
 
-/// One python_peer.py process, driven a line at a time over two pipes.
+/// One python_peer.py process set up for a case and a way.
 class PythonPeer {
 public:
-  PythonPeer(const std::string& case_name, const PythonWay& way, int threads) : way_(way) {
-    const char* python = std::getenv("FTOPT_PYTHON");
-    const std::string exe = python ? python : FTOPT_PYTHON_EXE;
-    int to_child[2], from_child[2];
-    if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("python peer: pipe failed");
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error("python peer: fork failed");
-    if (pid_ == 0) {
-      dup2(to_child[0], 0);
-      dup2(from_child[1], 1);
-      close(to_child[1]);
-      close(from_child[0]);
-      execl(exe.c_str(), exe.c_str(), FTOPT_PEER_SCRIPT, static_cast<char*>(nullptr));
-      std::perror(("python peer: cannot run " + exe).c_str());
-      _exit(127);
-    }
-    close(to_child[0]);
-    close(from_child[1]);
-    in_ = fdopen(to_child[1], "w");
-    out_ = fdopen(from_child[0], "r");
-    const auto ready = ask("setup " + case_name + " " + way.attention + " " + way.optimizer + " " + way.mode + " " +
-                           std::to_string(threads));
+  PythonPeer(const std::string& case_name, const PythonWay& way, int threads)
+      : way_(way), process_(FTOPT_PYTHON_EXE, FTOPT_PEER_SCRIPT) {
+    const auto ready = process_.ask("setup " + case_name + " " + way.attention + " " + way.optimizer + " " + way.mode +
+                                    " " + std::to_string(threads));
     char attention[32] = "";
     if (std::sscanf(ready.c_str(), "ready %lf %31s %d %d", &setup_seconds_, attention, &graph_breaks_, &graphs_) != 4)
       throw std::runtime_error("python peer (" + case_name + ", " + way.name() + ") did not set up: '" + ready +
-                               "' (its error is above; FTOPT_PYTHON=" + exe + ")");
+                               "' (its error is above; FTOPT_PYTHON=" + process_.python() + ")");
     attention_ = attention;
   }
-  ~PythonPeer() {
-    std::fputs("quit\n", in_);
-    std::fclose(in_);
-    std::fclose(out_);
-    waitpid(pid_, nullptr, 0);
-  }
-  PythonPeer(const PythonPeer&) = delete;
-  PythonPeer& operator=(const PythonPeer&) = delete;
 
   /// The median of `n` steps run back to back, as timed by Python (seconds).
-  double steps(int n) { return std::stod(ask("steps " + std::to_string(n))); }
+  double steps(int n) { return std::stod(process_.ask("steps " + std::to_string(n))); }
 
   const PythonWay& way() const { return way_; }
   double setup_seconds() const { return setup_seconds_; }
@@ -131,20 +111,8 @@ public:
   int graphs() const { return graphs_; }
 
 private:
-  std::string ask(const std::string& line) {
-    std::fprintf(in_, "%s\n", line.c_str());
-    std::fflush(in_);
-    char buffer[256];
-    if (!std::fgets(buffer, sizeof buffer, out_)) return "(no answer: the process ended)";
-    std::string answer(buffer);
-    while (!answer.empty() && (answer.back() == '\n' || answer.back() == '\r')) answer.pop_back();
-    return answer;
-  }
-
   PythonWay way_;
-  pid_t pid_ = -1;
-  std::FILE* in_ = nullptr;
-  std::FILE* out_ = nullptr;
+  ftopt::bench::PythonProcess process_;
   double setup_seconds_ = 0;
   std::string attention_;
   int graph_breaks_ = 0, graphs_ = 0;
@@ -377,15 +345,20 @@ void vit_inference(benchmark::State& state) {
 
 } // namespace
 
+// bench_python_peer: the ViT and MLP cases; bench_text_peer (the same source, FTOPT_TEXT_PEER):
+// the text model's, filed apart (benchmarks/results/<machine>/text_peer.json).
+#if FTOPT_TEXT_PEER
+BENCHMARK(bert_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(8)->UseRealTime();
+BENCHMARK(bert_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(4)->UseRealTime();
+#else
 BENCHMARK(vit_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_full)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_dora)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(vit_bf16_vera)->Unit(benchmark::kMillisecond)->Iterations(12)->UseRealTime();
 BENCHMARK(mlp_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(30)->UseRealTime();
-BENCHMARK(bert_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(8)->UseRealTime();
-BENCHMARK(bert_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(4)->UseRealTime();
 BENCHMARK(vit_inference)->Unit(benchmark::kMillisecond)->Iterations(10)->UseRealTime();
+#endif
 
 /// The Python side's versions, for the results' context.
 std::string python_versions() {

@@ -113,9 +113,12 @@
 #include <ftopt/nn/attention_prefix.hpp>
 #include <ftopt/nn/chunked_attention.hpp>
 #include <ftopt/nn/checkpoint.hpp>
+#include <ftopt/nn/dropout.hpp>
 #include <ftopt/models/mlp.hpp>
 #include <ftopt/models/resnet.hpp>
 #include <ftopt/models/vit.hpp>
+#include <ftopt/models/bert.hpp>
+#include <ftopt/models/bert_pretrained.hpp>
 
 // Weights and data.
 #include <ftopt/weights/state_dict.hpp>
@@ -127,6 +130,12 @@
 #include <ftopt/data/fashion_mnist.hpp>
 #include <ftopt/data/subsets.hpp>
 #include <ftopt/data/tensor_batches.hpp>
+#include <ftopt/data/text_set.hpp>
+
+// Text.
+#include <ftopt/text/unicode.hpp>
+#include <ftopt/text/wordpiece.hpp>
+#include <ftopt/text/bert_tokenizer.hpp>
 
 // Comparing policy combinations.
 #include <ftopt/grid/grid.hpp>

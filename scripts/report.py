@@ -14,7 +14,7 @@ A document asks for a table with a pair of markers, and this script fills in wha
     <!-- /report -->
 
 TABLE is one of the renderers below (python_peer.training, python_peer.inference,
-python_peer.compile, readme.measured, profile.<name>, bench.<name>); MACHINE a folder of benchmarks/results
+python_peer.compile, text_peer.training, text_peer.compile, readme.measured, profile.<name>, bench.<name>); MACHINE a folder of benchmarks/results
 (`readme.measured` takes `*`: every machine, one row each).
 
     scripts/report.py                 render every marked table in place
@@ -98,6 +98,8 @@ TRAINING_CASES = [
     ("vit_bf16_dora", "ViT, bf16 + DoRA(q, v)"),
     ("vit_bf16_vera", "ViT, bf16 + VeRA r 256 (q, v)"),
     ("mlp_fp32_full", "MLP 784-64-10, fp32, full"),
+    ("bert_bf16_lora", "all-MiniLM-L6-v2, bf16 + LoRA(q, v)"),
+    ("bert_fp32_full", "all-MiniLM-L6-v2, fp32, full"),
 ]
 # The Python ways, as bench_python_peer names their counters (py_<attention>_<optimizer>_<mode>;
 # a model without attention has no attention part), in the table's column order.
@@ -140,8 +142,8 @@ def strongest_name(entry):
     return way_title(m.group(1)) if m else "?"
 
 
-def render_python_peer_training(machine):
-    data = load(machine, "python_peer")
+def render_python_peer_training(machine, bench="python_peer"):
+    data = load(machine, bench)
     cases = by_case(data)
     head = ["step", "ftopt, FusedAdamW", "ftopt, AdamW"] + [way_title(w) for w in PYTHON_WAYS] + [
         "Python's strongest", "strongest / ftopt", "plain AdamW: Python / ftopt", "most users / ftopt"]
@@ -160,8 +162,8 @@ def render_python_peer_training(machine):
     return "\n".join(lines) + "\n"
 
 
-def render_python_peer_compile(machine):
-    data = load(machine, "python_peer")
+def render_python_peer_compile(machine, bench="python_peer"):
+    data = load(machine, bench)
     cases = by_case(data)
     lines = [f"Machine: {machine_line(data['context'])}.", "",
              "| step | mode | attention | compile (3 warm-up steps) | graph breaks | graphs |", "|---|---|---|---|---|---|"]
@@ -199,14 +201,18 @@ def render_readme_measured(which):
     rows = ["| step (2 threads) | machine | ftopt | Python's strongest | ftopt's speed-up | over what most users write |",
             "|---|---|---|---|---|---|"]
     for machine in (machines() if which == "*" else [which]):
-        try:
-            data = load(machine, "python_peer")
-        except ReportError:
+        cases, data = {}, None
+        for bench in ("text_peer", "python_peer"):  # the text model's rows first
+            try:
+                data = load(machine, bench)
+            except ReportError:
+                continue
+            cases.update(by_case(data))
+        if data is None:
             continue
-        cases = by_case(data)
         model = re.sub(r"\((R|TM)\)|\b(Processor|CPU)\b|@.*", "", data["context"].get("cpu_model", "?"))
         where = f"{' '.join(model.split())} ({machine})"
-        for case, title in TRAINING_CASES:
+        for case, title in sorted(TRAINING_CASES, key=lambda c: not c[0].startswith("bert")):
             if case in ("vit_bf16_dora", "vit_bf16_vera") or case not in cases:
                 continue
             e = cases[case]
@@ -252,6 +258,10 @@ def render(table, machine):
         return render_python_peer_training(machine)
     if table == "python_peer.compile":
         return render_python_peer_compile(machine)
+    if table == "text_peer.training":
+        return render_python_peer_training(machine, "text_peer")
+    if table == "text_peer.compile":
+        return render_python_peer_compile(machine, "text_peer")
     if table == "python_peer.inference":
         return render_python_peer_inference(machine)
     if table == "readme.measured":

@@ -8,6 +8,7 @@
 ///                  batch(64) | prefetch({.workers = 2}) | pin_memory() | to_device(device) |
 ///                  device_augment({.mean = {0.286}, .std = {0.353}});
 ///   trainer.fit(model, optimizer, batches);
+///   auto texts = from(bbc) | shuffle(1) | tokenize(tokenizer, {.max_length = 128}) | pad_batch(32);
 
 #include <ftopt/pipeline/device.hpp>
 #include <ftopt/pipeline/jpeg.hpp>
@@ -16,3 +17,4 @@
 #include <ftopt/pipeline/samples.hpp>
 #include <ftopt/pipeline/sources.hpp>
 #include <ftopt/pipeline/stage.hpp>
+#include <ftopt/pipeline/text.hpp>

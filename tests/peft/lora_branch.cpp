@@ -85,7 +85,7 @@ TEST_CASE("DoRA with dropout uses PEFT's form W x + b + (m/n - 1) W x' + (m/n) s
   torch::manual_seed(5);
   auto got = net->forward(x);
   torch::manual_seed(5);
-  auto dropped = torch::dropout(x, 0.5, true);  // the same draw
+  auto dropped = ftopt::nn::dropout(x, 0.5, true);  // the same draw
   auto n = row_norms(layer->weight + torch::matmul(branch->b()->weight, branch->a()->weight));
   auto scale = branch->magnitude() / n;
   auto expected = torch::linear(x, layer->weight, layer->bias) + (scale - 1) * torch::linear(dropped, layer->weight) +

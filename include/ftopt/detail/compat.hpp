@@ -20,6 +20,7 @@
 #include <torch/version.h>
 
 #include <ftopt/detail/batched_matmul.hpp>
+#include <ftopt/nn/dropout.hpp>
 
 #define FTOPT_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||        \
@@ -189,7 +190,7 @@ inline at::Tensor attention_written_out(const at::Tensor& q, const at::Tensor& k
   const bool low = scores.scalar_type() == at::kBFloat16 || scores.scalar_type() == at::kHalf;
   at::Tensor weights = low ? at::softmax(scores, -1, at::kFloat).to(scores.scalar_type()) : at::softmax(scores, -1);
 #endif
-  if (dropout_p > 0.0) weights = at::dropout(weights, dropout_p, /*train=*/true);
+  if (dropout_p > 0.0) weights = ftopt::nn::dropout(weights, dropout_p, /*training=*/true);
   return ftopt::detail::batched_matmul(weights, v);
 }
 

@@ -30,7 +30,6 @@
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
-#include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/pimpl.h>
 
@@ -38,6 +37,7 @@
 #include <ftopt/error.hpp>
 #include <ftopt/nn/attention_prefix.hpp>
 #include <ftopt/nn/checkpoint.hpp>
+#include <ftopt/nn/dropout.hpp>
 #include <ftopt/nn/layer_norm.hpp>
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/nn/shared_input_linears.hpp>
@@ -143,7 +143,7 @@ struct BertEmbeddingsImpl : torch::nn::Module {
                                             torch::nn::Embedding(o.max_position_embeddings, o.hidden))),
         token_type_embeddings(register_module("token_type_embeddings", torch::nn::Embedding(o.type_vocab_size, o.hidden))),
         LayerNorm(register_module("LayerNorm", detail::bert_layer_norm(o))),
-        dropout(register_module("dropout", torch::nn::Dropout(o.dropout))) {}
+        dropout(register_module("dropout", nn::Dropout(o.dropout))) {}
 
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& types) {
     const auto T = ids.size(1);
@@ -157,7 +157,7 @@ struct BertEmbeddingsImpl : torch::nn::Module {
 
   torch::nn::Embedding word_embeddings, position_embeddings, token_type_embeddings;
   nn::LayerNorm LayerNorm;  // NOLINT: HF's name
-  torch::nn::Dropout dropout;
+  nn::Dropout dropout;
 };
 TORCH_MODULE(BertEmbeddings);
 
@@ -201,7 +201,7 @@ struct BertResidualOutputImpl : torch::nn::Module {
   BertResidualOutputImpl(const BertOptions& o, std::int64_t in)
       : dense(register_module("dense", detail::bert_linear(in, o.hidden))),
         LayerNorm(register_module("LayerNorm", detail::bert_layer_norm(o))),
-        dropout(register_module("dropout", torch::nn::Dropout(o.dropout))) {}
+        dropout(register_module("dropout", nn::Dropout(o.dropout))) {}
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& residual) {
     auto h = dropout(dense(x));
     // Under autocast the branch is bf16 and the stream fp32: the sum in the stream's dtype.
@@ -210,7 +210,7 @@ struct BertResidualOutputImpl : torch::nn::Module {
   }
   nn::Linear dense;
   nn::LayerNorm LayerNorm;  // NOLINT: HF's name
-  torch::nn::Dropout dropout;
+  nn::Dropout dropout;
 };
 TORCH_MODULE(BertResidualOutput);
 
@@ -321,7 +321,7 @@ public:
   explicit BertImpl(BertOptions options = {})
       : options_((options.validate(), std::move(options))),
         bert(register_module("bert", BertModel(options_))),
-        dropout(register_module("dropout", torch::nn::Dropout(options_.classifier_dropout.value_or(options_.dropout)))),
+        dropout(register_module("dropout", nn::Dropout(options_.classifier_dropout.value_or(options_.dropout)))),
         classifier(register_module("classifier", detail::bert_linear(options_.hidden, options_.num_labels))) {
     initialize();
   }
@@ -362,7 +362,7 @@ private:
 
 public:
   BertModel bert;
-  torch::nn::Dropout dropout;
+  nn::Dropout dropout;
   nn::Linear classifier;
 };
 

@@ -21,7 +21,6 @@
 #include <torch/nn/init.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
-#include <torch/nn/modules/dropout.h>
 #include <torch/nn/pimpl.h>
 
 #include <ftopt/detail/compat.hpp>
@@ -30,6 +29,7 @@
 #include <ftopt/nn/layer_norm.hpp>
 #include <ftopt/nn/attention_prefix.hpp>
 #include <ftopt/nn/checkpoint.hpp>
+#include <ftopt/nn/dropout.hpp>
 #include <ftopt/nn/chunked_attention.hpp>
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/nn/shared_input_linears.hpp>
@@ -105,7 +105,7 @@ struct ViTEmbeddingsImpl : torch::nn::Module {
       : cls_token(register_parameter("cls_token", torch::zeros({1, 1, o.hidden}))),
         position_embeddings(register_parameter("position_embeddings", torch::zeros({1, o.patches() + 1, o.hidden}))),
         patch_embeddings(register_module("patch_embeddings", ViTPatchEmbeddings(o))),
-        dropout(register_module("dropout", torch::nn::Dropout(o.dropout))) {}
+        dropout(register_module("dropout", nn::Dropout(o.dropout))) {}
   torch::Tensor forward(const torch::Tensor& pixels) {
     auto patches = patch_embeddings(pixels);
     auto cls = cls_token.expand({patches.size(0), -1, -1});
@@ -113,7 +113,7 @@ struct ViTEmbeddingsImpl : torch::nn::Module {
   }
   torch::Tensor cls_token, position_embeddings;
   ViTPatchEmbeddings patch_embeddings;
-  torch::nn::Dropout dropout;
+  nn::Dropout dropout;
 };
 TORCH_MODULE(ViTEmbeddings);
 
@@ -155,10 +155,10 @@ TORCH_MODULE(ViTSelfAttention);
 struct ViTSelfOutputImpl : torch::nn::Module {
   explicit ViTSelfOutputImpl(const ViTOptions& o)
       : dense(register_module("dense", detail::linear(o.hidden, o.hidden))),
-        dropout(register_module("dropout", torch::nn::Dropout(o.dropout))) {}
+        dropout(register_module("dropout", nn::Dropout(o.dropout))) {}
   torch::Tensor forward(const torch::Tensor& x) { return dropout(dense(x)); }
   nn::Linear dense;
-  torch::nn::Dropout dropout;
+  nn::Dropout dropout;
 };
 TORCH_MODULE(ViTSelfOutput);
 
@@ -179,7 +179,7 @@ struct ViTLayerImpl : torch::nn::Module {
       : attention(register_module("attention", ViTAttention(o))),
         intermediate_dense(detail::linear(o.hidden, o.intermediate)),
         output_dense(detail::linear(o.intermediate, o.hidden)),
-        output_dropout(torch::nn::Dropout(o.dropout)),
+        output_dropout(nn::Dropout(o.dropout)),
         layernorm_before(detail::layer_norm(o)),
         layernorm_after(detail::layer_norm(o)) {
     // HF nests these: intermediate.dense, output.dense (and output.dropout).
@@ -206,7 +206,7 @@ struct ViTLayerImpl : torch::nn::Module {
   }
   ViTAttention attention;
   nn::Linear intermediate_dense, output_dense;
-  torch::nn::Dropout output_dropout;
+  nn::Dropout output_dropout;
   nn::LayerNorm layernorm_before, layernorm_after;
 };
 TORCH_MODULE(ViTLayer);

@@ -28,6 +28,7 @@
 #include <torch/nn/module.h>
 
 #include <ftopt/error.hpp>
+#include <ftopt/nn/dropout.hpp>
 #include <ftopt/nn/extension.hpp>
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/nn/low_rank_linears.hpp>
@@ -80,7 +81,7 @@ public:
   bool changes_forward() const override { return !merged_; }
   /// b * (B[:out] (d * (A[:, :in] dropout(x)))), PEFT's order of operations.
   at::Tensor added(nn::LinearImpl& layer, const at::Tensor& x) override {
-    const at::Tensor dropped = dropout_ > 0 ? at::dropout(x, dropout_, layer.is_training()) : x;
+    const at::Tensor dropped = dropout_ > 0 ? nn::dropout(x, dropout_, layer.is_training()) : x;
     return lambda_b_ * at::linear(lambda_d_ * at::linear(dropped, a_slice()), b_slice());
   }
   /// The branch as a low-rank term: a = d A[:, :in], b = b B[:out], scaling 1 (autograd carries

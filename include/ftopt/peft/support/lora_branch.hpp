@@ -32,6 +32,7 @@
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/nn/conv2d.hpp>
+#include <ftopt/nn/dropout.hpp>
 #include <ftopt/nn/extension.hpp>
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/nn/low_rank_linears.hpp>
@@ -156,7 +157,7 @@ private:
   }
 
   at::Tensor dropped(const nn::LinearImpl& layer, const at::Tensor& x) const {
-    return options_.dropout > 0 ? at::dropout(x, options_.dropout, layer.is_training()) : x;
+    return options_.dropout > 0 ? nn::dropout(x, options_.dropout, layer.is_training()) : x;
   }
 
   /// ||W + update||_2 over each output row, as the weight's dtype, detached.
@@ -171,7 +172,7 @@ private:
   at::Tensor dora_forward(nn::LinearImpl& layer, const at::Tensor& x) {
     const at::Tensor scale = magnitude_ / row_norm(layer.weight, delta().to(layer.weight.scalar_type()));
     if (options_.dropout > 0 && layer.is_training()) {
-      const at::Tensor x_dropped = at::dropout(x, options_.dropout, true);
+      const at::Tensor x_dropped = nn::dropout(x, options_.dropout, true);
       const at::Tensor base = layer.base_forward(x);
       const at::Tensor out = base + (scale - 1) * at::linear(x_dropped, layer.weight) +
                              scale * (b_(a_(x_dropped)) * options_.scaling);
@@ -221,7 +222,7 @@ public:
 
   at::Tensor forward(nn::Conv2dImpl& layer, const at::Tensor& x) override {
     if (merged_) return layer.base_forward(x);
-    const at::Tensor dropped = options_.dropout > 0 ? at::dropout(x, options_.dropout, layer.is_training()) : x;
+    const at::Tensor dropped = options_.dropout > 0 ? nn::dropout(x, options_.dropout, layer.is_training()) : x;
     return layer.base_forward(x) + b_(a_(dropped)) * options_.scaling;
   }
 
