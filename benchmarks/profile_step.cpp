@@ -144,12 +144,14 @@ void profile_calls(Run run, int steps, bool by_shape, const std::string& what) {
   print(self_times(prof::disableProfilerLegacy(), by_shape), steps, what, unprofiled_ms, profiled_ms);
 }
 
+/// `what` names the case in the table and the JSON file (default: "<precision>, <peft>").
 template <class Precision, class Peft, class Optimizer = torch::optim::AdamW, class Model>
-int profile(Peft peft, Model model, std::pair<torch::Tensor, torch::Tensor> batch, int steps, bool by_shape) {
+int profile(Peft peft, Model model, std::pair<torch::Tensor, torch::Tensor> batch, int steps, bool by_shape,
+            std::string what = "") {
   ftopt::Trainer<Precision, Peft> trainer({.device = torch::kCPU, .report_hardware = false}, {}, std::move(peft));
   Optimizer optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4));
-  profile_calls([&] { trainer.train_step(model, optimizer, batch); }, steps, by_shape,
-                std::string(Precision::name) + ", " + Peft::name);
+  if (what.empty()) what = std::string(Precision::name) + ", " + Peft::name;
+  profile_calls([&] { trainer.train_step(model, optimizer, batch); }, steps, by_shape, what);
   return 0;
 }
 
@@ -181,13 +183,14 @@ int with_peft(const std::string& peft, int steps, bool by_shape) {
     torch::manual_seed(0);
     ftopt::models::Bert bert(ftopt::bench::minilm);
     auto batch = ftopt::bench::minilm_batch();
+    const std::string what = std::string(Precision::name) + ", " + peft;
     if (peft == "bert-full")
       return profile<Precision, ftopt::peft::Full, ftopt::optim::FusedAdamW>(ftopt::peft::Full{}, bert, batch, steps,
-                                                                             by_shape);
+                                                                             by_shape, what);
     return profile<Precision, ftopt::peft::Lora, ftopt::optim::FusedAdamW>(
         ftopt::peft::Lora({.r = 8, .alpha = 16, .dropout = 0.1, .targets = {"query", "value"},
                            .modules_to_save = {"classifier"}}),
-        bert, batch, steps, by_shape);
+        bert, batch, steps, by_shape, what);
   }
   if (peft == "mlp")  // bench_python_peer's MLP: 784-64-10, batch 32, full, FusedAdamW
     return profile<Precision, ftopt::peft::Full, ftopt::optim::FusedAdamW>(

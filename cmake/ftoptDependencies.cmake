@@ -1,5 +1,15 @@
 # What ftopt's headers need; shared by our own build and by ftoptConfig.cmake for users.
 include(CMakeFindDependencyMacro)
+# TorchConfig.cmake finds its c10 with find_library(c10 PATHS <its own lib folder>), which
+# searches the system's folders first: where Debian's libtorch-dev is installed beside a pip
+# wheel, a program that calls no c10 function itself would link Debian's libc10 and abort at
+# start. Point it at the c10 beside the Torch package being used.
+if(DEFINED Torch_DIR)
+  get_filename_component(ftopt_torch_lib "${Torch_DIR}/../../../lib" ABSOLUTE)
+  if(EXISTS "${ftopt_torch_lib}/libc10.so" AND NOT "${c10_LIBRARY}" STREQUAL "${ftopt_torch_lib}/libc10.so")
+    set(c10_LIBRARY "${ftopt_torch_lib}/libc10.so" CACHE FILEPATH "LibTorch's c10, beside the Torch package used" FORCE)
+  endif()
+endif()
 find_dependency(Torch)
 # ftopt's own CPU kernels (the 8-bit optimizer step, NF4 dequantization, attention's small
 # products) spread over LibTorch's intra-op threads with at::parallel_for, which is inline in

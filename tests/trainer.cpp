@@ -390,3 +390,19 @@ TEST_CASE("NonFiniteLoss::Ignore turns the check off", "[trainer]") {
   CHECK_NOTHROW(trainer.fit(model, optimizer, test::random_batches(1, 4)));
   CHECK(torch::isnan(model->parameters()[0]).any().item<bool>());  // ReLU stops it in places
 }
+
+TEST_CASE("A label outside the model's head is an error naming it; ignore_index targets pass", "[trainer]") {
+  auto model = test::small_mlp();  // 3 outputs
+  Trainer<> trainer(test::quiet());
+  torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));
+  const auto x = torch::randn({4, 6});
+  const auto before = test::snapshot(*model);
+  const auto message = test::message_of([&] {
+    trainer.train_step(model, optimizer, std::pair{x, torch::tensor({1, 7, 2, 0})});
+  });
+  CHECK(message.find("cross_entropy: the target 7 is outside the model's 3 outputs (classes 0..2)") != std::string::npos);
+  CHECK(test::same_values(before, test::snapshot(*model)));
+  CHECK(test::message_of([&] { ftopt::cross_entropy(torch::randn({2, 3}), torch::tensor({-1, 0})); })
+            .find("the target -1 is outside") != std::string::npos);
+  CHECK(ftopt::cross_entropy(torch::randn({2, 3}), torch::tensor({-100, 2})).isfinite().item<bool>());
+}
