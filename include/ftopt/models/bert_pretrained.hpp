@@ -42,16 +42,7 @@ template <class Json = nlohmann::json>
 BertOptions bert_options_from_config(const std::filesystem::path& path) {
   static_assert(ftopt::detail::JsonIncluded<Json>::value);
   const std::string where = "models::Bert: " + path.string();
-  check(std::filesystem::is_regular_file(path), where, ": no such file (a Hugging Face model folder has config.json)");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  Json c;
-  try {
-    c = Json::parse(bytes.str());
-  } catch (const typename Json::exception& e) {
-    fail(where, ": not valid JSON (", e.what(), ")");
-  }
+  const Json c = ftopt::detail::read_json_file<Json>(path, where);
   check(c.is_object(), where, ": not a JSON object");
   BertOptions o;
   try {

@@ -277,16 +277,7 @@ template <class Json>
 BertTokenizer BertTokenizer::from_tokenizer_json(const std::filesystem::path& path) {
   static_assert(ftopt::detail::JsonIncluded<Json>::value);
   const std::string where = "BertTokenizer: " + path.string();
-  check(std::filesystem::is_regular_file(path), where, ": no such file");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  Json file;
-  try {
-    file = Json::parse(bytes.str());
-  } catch (const typename Json::exception& e) {
-    fail(where, ": not valid JSON (", e.what(), ")");
-  }
+  const Json file = ftopt::detail::read_json_file<Json>(path, where);
   BertTokenizerOptions options;
   std::vector<std::string> tokens;
   try {
@@ -350,15 +341,7 @@ BertTokenizer BertTokenizer::from_pretrained(const std::filesystem::path& folder
         " has neither tokenizer.json nor vocab.txt");
   BertTokenizerOptions options;
   if (const auto config = folder / "tokenizer_config.json"; std::filesystem::is_regular_file(config)) {
-    std::ifstream in(config, std::ios::binary);
-    std::stringstream bytes;
-    bytes << in.rdbuf();
-    Json c;
-    try {
-      c = Json::parse(bytes.str());
-    } catch (const typename Json::exception& e) {
-      fail("BertTokenizer: ", config.string(), ": not valid JSON (", e.what(), ")");
-    }
+    const Json c = ftopt::detail::read_json_file<Json>(config, "BertTokenizer: " + config.string());
     try {
       if (c.contains("do_lower_case")) options.normalizer.lowercase = c["do_lower_case"].template get<bool>();
       if (c.contains("tokenize_chinese_chars"))
