@@ -391,7 +391,7 @@ TEST_CASE("NonFiniteLoss::Ignore turns the check off", "[trainer]") {
   CHECK(torch::isnan(model->parameters()[0]).any().item<bool>());  // ReLU stops it in places
 }
 
-TEST_CASE("A label outside the model's head is an error naming it; ignore_index targets pass", "[trainer]") {
+TEST_CASE("A label outside the model's head is an error naming it, and ignore_index targets pass", "[trainer]") {
   auto model = test::small_mlp();  // 3 outputs
   Trainer<> trainer(test::quiet());
   torch::optim::SGD optimizer(trainer.prepare(model), torch::optim::SGDOptions(0.1));

@@ -53,7 +53,7 @@ TEST_CASE("nn::dropout: eval, p 0 and p 1, bf16, bad p", "[nn][dropout]") {
         std::string::npos);
 }
 
-TEST_CASE("nn::dropout: a seed gives one mask, on any thread count; each call draws anew", "[nn][dropout]") {
+TEST_CASE("nn::dropout: a seed gives one mask, on any thread count, and each call draws anew", "[nn][dropout]") {
   const auto x = torch::rand({300, 301}) + 1;
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
@@ -113,7 +113,7 @@ TEST_CASE("nn::dropout: element i's draw is lowbias32(lowbias32(i ^ seed_lo) ^ s
   }
 }
 
-TEST_CASE("nn::dropout: bf16 rounds as c10::BFloat16 does; NaN and infinity as torch's input * mask", "[nn][dropout]") {
+TEST_CASE("nn::dropout: bf16 rounds as c10::BFloat16 does, NaN and infinity as torch's input * mask", "[nn][dropout]") {
   torch::manual_seed(7);
   auto x = torch::randn({4096}).mul(1000).to(torch::kBFloat16);
   for (std::int64_t i = 0; i < 64; i += 4) {  // kept or dropped, whichever their draws say

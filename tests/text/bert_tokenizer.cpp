@@ -52,7 +52,7 @@ TEST_CASE("BertTokenizer: without lower-casing or accent stripping", "[text]") {
   CHECK(accents.encode("cafés") == Ids{2, 1, 3});  // "cafés" keeps its é: no piece matches
 }
 
-TEST_CASE("BertTokenizer: truncation keeps [SEP]; a batch pads to its longest", "[text]") {
+TEST_CASE("BertTokenizer: truncation keeps [SEP], and a batch pads to its longest", "[text]") {
   const auto tok = small();
   CHECK(tok.encode("a b a b a", {.max_length = 4}) == Ids{2, 14, 15, 3});
   const std::vector<std::string> texts{"a b a", "hello", ""};
