@@ -156,7 +156,7 @@ inline Options parse(int argc, char** argv) {
   app.add_option("--lr", o.lr, "learning rate; 0: 1e-3 for the ViT, 2e-3 for the ResNet (adapters 3x)")
       ->check(detail::non_negative())
       ->capture_default_str();
-  app.add_option("--train-limit", o.train_limit, "use the first N training images; 0: all")
+  app.add_option("--train-limit", o.train_limit, "use N training images (the first) or articles (spread over the classes); 0: all")
       ->check(detail::at_least(0))
       ->capture_default_str();
   app.add_flag("--all-classes", o.all_classes, "train on all ten classes instead and report the test accuracy");

@@ -58,6 +58,13 @@ inline TextTask load_text_task(const Options& args) {
   // BERT's normalizer removes, as Python's errors="replace" would.
   auto all = ftopt::data::load_text_folder(corpus, {.errors = ftopt::data::Utf8Errors::Replace});
   auto [train_at, test_at] = ftopt::data::stratified_split(all.labels, 0.2, /*seed=*/0);
+  if (args.train_limit > 0 && args.train_limit < static_cast<std::int64_t>(train_at.size())) {
+    // --train-limit N: N articles spread evenly over the (sorted, so class by class) training positions.
+    std::vector<std::int64_t> spread;
+    for (std::int64_t i = 0; i < args.train_limit; ++i)
+      spread.push_back(train_at[static_cast<std::size_t>(i * static_cast<std::int64_t>(train_at.size()) / args.train_limit)]);
+    train_at = std::move(spread);
+  }
   TextTask task{model_dir, all.subset(train_at), all.subset(test_at), ftopt::text::BertTokenizer::from_pretrained(model_dir),
                 {}, args.max_length, 32,
                 args.pooling == "mean" ? ftopt::models::BertPooling::Mean : ftopt::models::BertPooling::Pooler};
