@@ -206,10 +206,10 @@ inline Options parse(int argc, char** argv) {
     std::exit(1);
   }
   const int modes = int(o.named()) + int(o.autotune) + int(!o.grid_dir.empty()) + int(o.all_classes);
+  ftopt::check(modes <= 1, "finetune: choose one of --peft/--memory/--quant, --auto, --grid and --all-classes");
   ftopt::check(o.task == "fashion-mnist" || (modes == 0 && o.profile.empty() && o.model == "vit"),
                "finetune: --model, --peft, --memory, --quant, --auto, --grid, --all-classes and --profile go with "
                "--task fashion-mnist");
-  ftopt::check(modes <= 1, "finetune: choose one of --peft/--memory/--quant, --auto, --grid and --all-classes");
   ftopt::check(modes == 0 || o.all_classes || o.model == "vit",
                "finetune: --peft, --memory, --quant, --auto and --grid choose among the ViT's policy grid; "
                "use them with --model vit");
