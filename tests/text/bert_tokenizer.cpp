@@ -25,6 +25,12 @@ text::BertTokenizer small(text::BertTokenizerOptions options = {}) {
   return text::BertTokenizer(text::WordPiece(vocabulary, options.wordpiece), options);
 }
 using Ids = std::vector<std::int32_t>;
+/// The vocabulary as tokenizer.json's model.vocab holds it: {token: id}.
+nlohmann::json vocab_json() {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (std::size_t i = 0; i < vocabulary.size(); ++i) vocab[vocabulary[i]] = i;
+  return vocab;
+}
 } // namespace
 
 TEST_CASE("BertTokenizer: lower-casing, accents, punctuation, CJK, [CLS] and [SEP]", "[text]") {
@@ -84,8 +90,7 @@ TEST_CASE("BertTokenizer: files, and what is wrong with them", "[text]") {
   write("tokenizer_config.json", R"({"do_lower_case": false})");
   CHECK(text::BertTokenizer::from_pretrained(dir.path).encode("Hello hello") == Ids{2, 1, 5, 3});
 
-  nlohmann::json vocab = nlohmann::json::object();
-  for (std::size_t i = 0; i < vocabulary.size(); ++i) vocab[vocabulary[i]] = i;
+  const nlohmann::json vocab = vocab_json();
   nlohmann::json file = {{"normalizer", {{"type", "BertNormalizer"}, {"lowercase", true}, {"strip_accents", nullptr}}},
                          {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
                          {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"vocab", vocab}}}};
@@ -136,8 +141,7 @@ TEST_CASE("BertTokenizer: fuzz: random bytes and mutated tokenizer.json give ids
     }
   }
   test::ScratchDir dir("bert-tokenizer-fuzz");
-  nlohmann::json vocab = nlohmann::json::object();
-  for (std::size_t i = 0; i < vocabulary.size(); ++i) vocab[vocabulary[i]] = i;
+  const nlohmann::json vocab = vocab_json();
   const std::string good = nlohmann::json{{"model", {{"type", "WordPiece"}, {"vocab", vocab}}}}.dump();
   int parsed = 0;
   for (int round = 0; round < 500; ++round) {
