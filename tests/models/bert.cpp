@@ -77,6 +77,12 @@ TEST_CASE("Bert: mean pooling is the masked mean, and BertPooling::Mean classifi
   const auto ids = torch::tensor({{2, 5, 6, 3}});
   const auto& c = bert->classifier;
   CHECK(torch::allclose(bert->forward(ids), torch::linear(bert->sentence_embedding(ids), c->weight, c->bias), 0, 1e-6));
+  // Nothing reads the pooler: it is frozen, every other parameter trains (with the pooler's head, all do).
+  for (const auto& item : bert->named_parameters()) {
+    INFO(item.key());
+    CHECK(item.value().requires_grad() == !item.key().starts_with("bert.pooler."));
+  }
+  for (const auto& p : tiny_bert(models::BertPooling::Pooler)->parameters()) CHECK(p.requires_grad());
 }
 
 TEST_CASE("Bert: checkpointed layers give the same gradients", "[models]") {

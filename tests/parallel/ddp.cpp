@@ -39,14 +39,14 @@ struct Reference {
 };
 
 /// One process on the whole batch of kBatch per step: what the ranks together must equal.
-template <class Precision, class Peft>
-Reference train_alone(Peft peft, std::int64_t steps, std::int64_t epochs = 1) {
+template <class Precision, class Peft, class Workload = test::ddp::MlpWorkload>
+Reference train_alone(Peft peft, std::int64_t steps, std::int64_t epochs = 1, Workload workload = {}) {
   namespace fp = ftopt::pipeline;
-  auto model = test::ddp::model(1);
+  auto model = workload.model(1);
   Trainer<Precision, Peft> trainer(test::ddp::trainer_options(epochs), {}, std::move(peft));
   auto& params = trainer.prepare(model);
   auto optimizer = test::ddp::optimizer(params);
-  auto [x, y] = test::ddp::data(steps);
+  auto [x, y] = workload.data(steps);
   auto batches = fp::from(x, y) | fp::batch(test::ddp::kBatch);
   auto summary = trainer.fit(model, *optimizer, batches);
   Reference ref;
@@ -312,6 +312,15 @@ TEST_CASE("Ddp, 2 processes x 16 samples = 1 process x 32 (Gloo, real processes)
       CHECK_FALSE(torch::equal(value, rank0[name]));
     }
     CHECK(packed == 2);
+  }
+  SECTION("a BERT on padded token sequences ([B, 2, T]), full fine-tuning and LoRA on query and value") {
+    const test::ddp::BertWorkload bert;
+    auto full = run_workers(dir, with({"--model", "bert"}));
+    check_against(dir, full, train_alone<precision::Fp32>(peft::Full{}, steps, 1, bert), 1e-5);
+    auto lora = run_workers(dir, with({"--model", "bert", "--peft", "lora"}));
+    auto ref = train_alone<precision::Fp32>(test::ddp::bert_lora(), steps, 1, bert);
+    check_against(dir, lora, ref, 1e-5);
+    CHECK(load(dir.path / "rank0.pt")["reduced_elements"].item<std::int64_t>() == ref.trainable);
   }
   SECTION("Bf16Mixed") {
     auto ranks = run_workers(dir, with({"--precision", "bf16"}));

@@ -1,5 +1,6 @@
 // One rank of the DDP tests (tests/parallel/ddp.cpp starts it through parallel::launch).
-// It trains the tests' small MLP with parallel::Ddp on its shard of a fixed data set and writes
+// It trains the tests' small MLP (or with --model bert a small BERT on token sequences) with
+// parallel::Ddp on its shard of a fixed data set and writes
 // what the test compares into <out>/rank<r>.pt:
 //   param.<name>       the parameters after training
 //   local_grad.<i>     the trainable gradients after the first micro-batch of an accumulation
@@ -37,6 +38,7 @@ namespace {
 
 struct Args {
   std::string out;
+  std::string model = "mlp";  ///< mlp or bert (ddp_data.hpp)
   std::string peft = "full";
   std::string precision = "fp32";
   std::int64_t steps = 4;
@@ -69,6 +71,7 @@ Args parse(int argc, char** argv) {
     ftopt::detail::check(i + 1 < argc, "ddp_worker: ", flag, " needs a value");
     const std::string value = argv[++i];
     if (flag == "--out") args.out = value;
+    else if (flag == "--model") args.model = value;
     else if (flag == "--peft") args.peft = value;
     else if (flag == "--precision") args.precision = value;
     else if (flag == "--steps") args.steps = std::stoll(value);
@@ -86,13 +89,13 @@ Args parse(int argc, char** argv) {
   return args;
 }
 
-template <class Precision, class Peft>
-int train(const Args& args, Peft peft) {
+template <class Precision, class Peft, class Workload>
+int train(const Args& args, Peft peft, Workload workload) {
   namespace fp = ftopt::pipeline;
   using ftopt::test::ddp::kBatch;
   const int rank = ftopt::parallel::Environment::from_env().rank;
   // Each rank starts from other weights: DDP's broadcast from rank 0 must make them agree.
-  auto model = ftopt::test::ddp::model(1 + static_cast<std::uint64_t>(rank));
+  auto model = workload.model(1 + static_cast<std::uint64_t>(rank));
   if (args.perturb_buffers)
     for (const char* name : {"probe", "constant_probe"}) model->register_buffer(name, torch::zeros({2}));
   ftopt::TrainerOptions options = ftopt::test::ddp::trainer_options(args.epochs);
@@ -118,7 +121,7 @@ int train(const Args& args, Peft peft) {
   }
 
   const auto& ddp = trainer.parallel();
-  auto [x, y] = ftopt::test::ddp::data(args.steps);
+  auto [x, y] = workload.data(args.steps);
   const std::int64_t micro = kBatch / ddp.world_size() / args.accumulate;
   auto batches = fp::from(x, y) | fp::shard(ddp) | fp::batch(micro);
   torch::serialize::OutputArchive archive;
@@ -161,13 +164,21 @@ int laws(const Args& args) {
 int main(int argc, char** argv) try {
   const Args args = parse(argc, argv);
   if (args.laws) return laws(args);
+  if (args.model == "bert") {
+    ftopt::detail::check(args.peft == "full" || args.peft == "lora", "ddp_worker: --model bert takes --peft full or lora");
+    const ftopt::test::ddp::BertWorkload bert;
+    return args.peft == "lora" ? train<ftopt::precision::Fp32>(args, ftopt::test::ddp::bert_lora(), bert)
+                               : train<ftopt::precision::Fp32>(args, ftopt::peft::Full{}, bert);
+  }
+  ftopt::detail::check(args.model == "mlp", "ddp_worker: --model is mlp or bert, got ", args.model);
+  const ftopt::test::ddp::MlpWorkload mlp;
   const bool lora = args.peft == "lora";
-  if (args.peft == "qlora") return train<ftopt::precision::Fp32>(args, ftopt::test::ddp::qlora());
+  if (args.peft == "qlora") return train<ftopt::precision::Fp32>(args, ftopt::test::ddp::qlora(), mlp);
   if (args.precision == "bf16")
-    return lora ? train<ftopt::precision::Bf16Mixed>(args, ftopt::test::ddp::lora())
-                : train<ftopt::precision::Bf16Mixed>(args, ftopt::peft::Full{});
-  return lora ? train<ftopt::precision::Fp32>(args, ftopt::test::ddp::lora())
-              : train<ftopt::precision::Fp32>(args, ftopt::peft::Full{});
+    return lora ? train<ftopt::precision::Bf16Mixed>(args, ftopt::test::ddp::lora(), mlp)
+                : train<ftopt::precision::Bf16Mixed>(args, ftopt::peft::Full{}, mlp);
+  return lora ? train<ftopt::precision::Fp32>(args, ftopt::test::ddp::lora(), mlp)
+              : train<ftopt::precision::Fp32>(args, ftopt::peft::Full{}, mlp);
 } catch (const std::exception& e) {
   std::cerr << "ddp_worker: " << e.what() << "\n";
   return 1;

@@ -54,7 +54,9 @@ enum class HiddenAct {
 /// What the classifier reads.
 enum class BertPooling {
   Pooler,  ///< the [CLS] token through the pooler (dense + tanh): BertForSequenceClassification's
-  Mean,    ///< the mean of the hidden states over the tokens (sentence-transformers' embedding)
+  Mean,    ///< the mean of the hidden states over the tokens (sentence-transformers' embedding);
+           ///< the pooler, which nothing reads, is kept (it loads and saves) but frozen, so that no
+           ///< optimizer or parallel::Ddp waits for a gradient it never gets
 };
 
 /// HF's BertConfig fields; the comments give config.json's names where they differ.
@@ -283,8 +285,10 @@ struct BertModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
   torch::Tensor encode(const torch::Tensor& ids, const torch::Tensor& attention_mask = {},
                        const torch::Tensor& token_type_ids = {}) {
     at::Tensor mask;  // bool [B, 1, 1, T]; left out when nothing is padding, as the kernels run faster
-    if (attention_mask.defined() && !attention_mask.ne(0).all().item<bool>())
-      mask = attention_mask.ne(0).view({attention_mask.size(0), 1, 1, attention_mask.size(1)});
+    if (attention_mask.defined()) {
+      const auto kept = attention_mask.ne(0);
+      if (!kept.all().item<bool>()) mask = kept.view({attention_mask.size(0), 1, 1, attention_mask.size(1)});
+    }
     auto h = embeddings->forward(ids, token_type_ids);
     for (std::size_t i = 0; i < layer->size(); ++i) h = run_layer(static_cast<std::int64_t>(i), h, mask);
     return h;
@@ -299,11 +303,7 @@ struct BertModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
 private:
   at::Tensor run_layer(std::int64_t i, const at::Tensor& h, const at::Tensor& mask) {
     BertLayerImpl& block = encoder_layer(static_cast<std::size_t>(i));
-    const auto& c = checkpointing();
-    if (c.every > 0 && i % c.every == 0)
-      return nn::checkpoint(block, [b = &block, mask](const at::Tensor& x) { return b->forward(x, mask); }, h, {},
-                            c.options);
-    return block.forward(h, mask);
+    return run_block(i, block, h, [b = &block, mask](const at::Tensor& x) { return b->forward(x, mask); });
   }
 };
 TORCH_MODULE(BertModel);
@@ -324,6 +324,8 @@ public:
         dropout(register_module("dropout", nn::Dropout(options_.classifier_dropout.value_or(options_.dropout)))),
         classifier(register_module("classifier", detail::bert_linear(options_.hidden, options_.num_labels))) {
     initialize();
+    if (options_.pooling == BertPooling::Mean)
+      for (auto& p : bert->pooler->parameters()) p.requires_grad_(false);
   }
 
   torch::Tensor forward(const torch::Tensor& input) {
