@@ -35,14 +35,12 @@ using LossFunction = std::function<torch::Tensor(const torch::Tensor&, const tor
 /// the data).
 inline torch::Tensor cross_entropy(const torch::Tensor& output, const torch::Tensor& target) {
   if (output.dim() == 2 && !target.is_floating_point() && target.device().is_cpu() && target.numel() > 0) {
-    const auto counted = target.masked_select(target.ne(-100));
-    if (counted.numel() > 0) {
-      const auto classes = output.size(1);
-      const auto low = counted.min().item<std::int64_t>(), high = counted.max().item<std::int64_t>();
-      detail::check(low >= 0 && high < classes, "cross_entropy: the target ", low < 0 ? low : high,
-                    " is outside the model's ", classes, " outputs (classes 0..", classes - 1,
-                    "): the data has labels the model's head does not");
-    }
+    const auto classes = output.size(1);
+    const auto outside = target.ne(-100).logical_and_(target.lt(0).logical_or_(target.ge(classes)));
+    if (outside.any().item<bool>())
+      detail::fail("cross_entropy: the target ", target.masked_select(outside)[0].item<std::int64_t>(),
+                   " is outside the model's ", classes, " outputs (classes 0..", classes - 1,
+                   "): the data has labels the model's head does not");
   }
   return torch::nn::functional::cross_entropy(output, target);
 }

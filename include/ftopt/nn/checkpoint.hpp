@@ -298,13 +298,17 @@ public:
   const BlockCheckpointing& checkpointing() const { return checkpointing_; }
 
 protected:
+  /// forward(x) for block number `index`, checkpointed (over `block`'s parameters) when its turn comes.
+  template <class Block, class Forward>
+  at::Tensor run_block(std::int64_t index, Block& block, const at::Tensor& x, Forward forward) const {
+    if (checkpointing_.every > 0 && index % checkpointing_.every == 0)
+      return checkpoint(block, forward, x, {}, checkpointing_.options);
+    return forward(x);
+  }
   /// block.forward(x) for block number `index`, checkpointed when its turn comes.
   template <class Block>
   at::Tensor run_block(std::int64_t index, Block& block, const at::Tensor& x) const {
-    if (checkpointing_.every > 0 && index % checkpointing_.every == 0)
-      return checkpoint(block, [b = &block](const at::Tensor& in) { return b->forward(in); }, x, {},
-                        checkpointing_.options);
-    return block.forward(x);
+    return run_block(index, block, x, [b = &block](const at::Tensor& in) { return b->forward(in); });
   }
 
 private:
