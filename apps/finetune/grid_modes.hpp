@@ -82,11 +82,6 @@ void profile_baseline(const std::string& path, Fresh& fresh, const ftopt::Traine
             << " (open it in chrome://tracing or ui.perfetto.dev)\n";
 }
 
-inline grid::Combination named_combination(const Options& args, bool bf16) {
-  return {.precision = bf16 ? "bf16" : "fp32", .peft = args.peft.empty() ? "full" : args.peft,
-          .memory = args.memory.empty() ? "none" : args.memory, .quant = args.quant.empty() ? "none" : args.quant};
-}
-
 /// --peft/--memory/--quant, --auto and --grid, for the ViT.
 template <class Fresh>
 int run_grid_modes(const Options& args, bool bf16, Fresh& fresh, const ftopt::TrainerOptions& options,

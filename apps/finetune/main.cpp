@@ -14,15 +14,16 @@
 // The application is split by concern: options.hpp (the command line, CLI11), models.hpp (data
 // and models), runs.hpp (one row: train, evaluate, inference paths; the best policies' rows),
 // table.hpp (the closing table), pretraining.hpp (the cached backbone), grid_modes.hpp (the
-// ViT's policy grid by name, --auto and --grid); this file puts them together.
+// ViT's policy grid by name, --auto and --grid), text_task.hpp and text_grid.hpp (the text
+// task's rows and its own grid); this file puts them together.
 //
 // --all-classes instead trains the model on all ten classes and reports its test accuracy, to
 // compare with the benchmark table in Fashion-MNIST's README. With --checkpoint FILE it writes a
 // checkpoint after every epoch (atomically) and, when FILE exists, resumes from it first: a long
 // run stopped part-way goes on where it was when the same command is run again.
 //
-// The ViT's policies can be chosen by name (--precision, --peft, --memory, --quant): the
-// combination is one of the main grid's Trainers, compiled in (grid::Grid::visit), trained
+// In either task the policies can be chosen by name (--precision, --peft, --memory, --quant):
+// the combination is one of the task's grid's Trainers, compiled in (grid::Grid::visit), trained
 // after the baseline. --auto lets grid::autotune choose: every combination trains briefly
 // (--grid-steps) on 90% of the training set and is scored on the other 10%, and the fastest
 // within 0.5 points of the baseline then trains for --epochs. --grid DIR runs the whole grid
@@ -44,6 +45,7 @@
 #include "pretraining.hpp"
 #include "runs.hpp"
 #include "table.hpp"
+#include "text_grid.hpp"
 #include "text_task.hpp"
 
 namespace finetune {
@@ -143,9 +145,13 @@ int main(int argc, char** argv) try {
   using namespace finetune;
   const Options args = parse(argc, argv);
   selection = {.only = args.rows, .seed = args.seed};
-  if (args.task == "bbc-news") return run_text(args);
-  // A combination the grid does not have is refused before any data is loaded.
-  if (args.named()) MainGrid::check<ftopt::models::ViT>(named_combination(args, args.precision == "bf16"));
+  // A combination the task's grid does not have is refused before any data is loaded.
+  const auto named = named_combination(args, args.precision == "bf16");
+  if (args.task == "bbc-news") {
+    if (args.named()) TextGrid::check<ftopt::models::Bert>(named);
+    return run_text(args);
+  }
+  if (args.named()) MainGrid::check<ftopt::models::ViT>(named);
   if (args.model == "resnet") return run(args, &make_resnet, {"layer4", "fc"});
   return run(args, &make_vit, {"encoder.layer.3", "vit.layernorm", "classifier"});
 } catch (const std::exception& e) {

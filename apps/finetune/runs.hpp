@@ -310,4 +310,11 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
   }
 }
 
+/// The grid combination --precision/--peft/--memory/--quant name (the baseline's policy where
+/// one is not named).
+inline ftopt::grid::Combination named_combination(const Options& args, bool bf16) {
+  return {.precision = bf16 ? "bf16" : "fp32", .peft = args.peft.empty() ? "full" : args.peft,
+          .memory = args.memory.empty() ? "none" : args.memory, .quant = args.quant.empty() ? "none" : args.quant};
+}
+
 } // namespace finetune

@@ -105,60 +105,75 @@ Row train_text(std::string setup, Trainer trainer, const TextTask& task, double 
   return finish_row(std::move(setup), trainer, model, fit, task.test_batches);
 }
 
-/// The text task's rows (see the top of this file).
-inline int run_text(const Options& args) {
-  const TextTask task = load_text_task(args);
-  const bool bf16 = use_bf16(args);
+/// The PEFT recipe, LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"],
+/// lora_dropout=0.1, bias="none") with the new head trained in full (PEFT's SEQ_CLS task), as
+/// "lora", or one of its variants: "rslora" (scaling alpha / sqrt(r)), "dora", "loraplus" (B's
+/// learning rate x 16).
+inline ftopt::peft::Lora text_lora(const std::string& name) {
+  ftopt::peft::LoraOptions o{.r = 8, .alpha = 16, .dropout = 0.1, .targets = {"query", "value"},
+                             .modules_to_save = {"classifier"}};
+  if (name == "rslora") o.rslora = true;
+  else if (name == "dora") o.dora = true;
+  else if (name == "loraplus") o.loraplus_lr_ratio = 16, o.loraplus_weight_decay = 0.01;
+  else ftopt::check(name == "lora", "finetune: no LoRA variant named '", name, "'");
+  return ftopt::peft::Lora(std::move(o));
+}
+
+/// QLoRA: the recipe's adapters over a frozen NF4 base.
+inline ftopt::peft::QLora<ftopt::quant::Nf4> text_qlora() {
+  return ftopt::peft::QLora<ftopt::quant::Nf4>(text_lora("lora").options(), ftopt::quant::Nf4{});
+}
+
+/// The task's Trainer options: --epochs, gradients clipped at 1, a tenth of the steps warming up
+/// then linear decay (transformers' default schedule), every CPU.
+inline ftopt::TrainerOptions text_trainer_options(const Options& args, const TextTask& task) {
   const std::int64_t steps = args.epochs * ((task.train.size() + task.batch_size - 1) / task.batch_size);
-  ftopt::TrainerOptions options{.epochs = args.epochs, .clip_grad_norm = 1.0,
-                                .schedule = ftopt::schedule::WarmupLinear{.warmup_steps = std::max<std::int64_t>(1, steps / 10)},
-                                .threads = ftopt::hardware::all_cpus};
-  const double lr = args.lr > 0 ? args.lr : 3e-4;  // full fine-tuning; the adapters take 10x
-  using ftopt::peft::Lora;
-  // The PEFT recipe: LoraConfig(r=8, lora_alpha=16, target_modules=["query", "value"],
-  // lora_dropout=0.1, bias="none"), and the new head trained in full (PEFT's SEQ_CLS task).
-  const ftopt::peft::LoraOptions recipe{.r = 8, .alpha = 16, .dropout = 0.1, .targets = {"query", "value"},
-                                        .modules_to_save = {"classifier"}};
-  auto variant = [&](auto change) {
-    ftopt::peft::LoraOptions o = recipe;
-    change(o);
-    return Lora(o);
-  };
-  std::vector<Row> rows;
-  rows.push_back(train_text<torch::optim::AdamW>("baseline: fp32, full fine-tuning, torch AdamW", ftopt::Trainer<>(options),
-                                                 task, lr));
-  auto policy_rows = [&]<class Precision>(const std::string& precision) {
-    rows.push_back(train_text(precision + ", full fine-tuning, optim::FusedAdamW", ftopt::Trainer<Precision>(options), task, lr));
-    rows.push_back(train_text<ftopt::optim::AdamW8bit>(precision + ", full fine-tuning, optim::AdamW8bit",
-                                                       ftopt::Trainer<Precision>(options), task, lr));
-    rows.push_back(train_text(precision + " + peft::Lora (r 8, query and value, head)",
-                              ftopt::Trainer<Precision, Lora>(options, {}, Lora(recipe)), task, 10 * lr));
-    rows.push_back(train_text(precision + " + peft::Lora + memory::Checkpoint",
-                              ftopt::Trainer<Precision, Lora, ftopt::memory::Checkpoint>(options, {}, Lora(recipe)), task,
-                              10 * lr));
-    rows.push_back(train_text(precision + " + peft::Lora rsLoRA (scaling alpha / sqrt(r))",
-                              ftopt::Trainer<Precision, Lora>(options, {}, variant([](auto& o) { o.rslora = true; })),
-                              task, 10 * lr));
-    rows.push_back(train_text(precision + " + peft::Lora + DoRA",
-                              ftopt::Trainer<Precision, Lora>(options, {}, variant([](auto& o) { o.dora = true; })), task,
-                              10 * lr));
-    rows.push_back(train_text(precision + " + peft::Lora + LoRA+ (B's lr x 16)",
-                              ftopt::Trainer<Precision, Lora>(options, {}, variant([](auto& o) {
-                                o.loraplus_lr_ratio = 16;
-                                o.loraplus_weight_decay = 0.01;
-                              })),
-                              task, 10 * lr));
-    using QLora = ftopt::peft::QLora<ftopt::quant::Nf4>;
-    rows.push_back(train_text(precision + " + peft::QLora<quant::Nf4> (r 8, query and value, head)",
-                              ftopt::Trainer<Precision, QLora>(options, {}, QLora(recipe, ftopt::quant::Nf4{})), task,
-                              10 * lr));
-  };
-  if (bf16) policy_rows.template operator()<ftopt::precision::Bf16Mixed>("Bf16Mixed");
-  else policy_rows.template operator()<ftopt::precision::Fp32>("fp32");
+  return {.epochs = args.epochs, .clip_grad_norm = 1.0,
+          .schedule = ftopt::schedule::WarmupLinear{.warmup_steps = std::max<std::int64_t>(1, steps / 10)},
+          .threads = ftopt::hardware::all_cpus};
+}
+
+/// The naive baseline's row: fp32, full fine-tuning, plain torch AdamW.
+inline Row text_baseline(const ftopt::TrainerOptions& options, const TextTask& task, double lr) {
+  return train_text<torch::optim::AdamW>("baseline: fp32, full fine-tuning, torch AdamW", ftopt::Trainer<>(options), task, lr);
+}
+
+/// The closing table under a line that says what ran.
+inline void print_text_table(const Options& args, const TextTask& task, const std::vector<Row>& rows) {
   std::cout << "\nall-MiniLM-L6-v2 on BBC News (" << task.train.size() << " articles to train, " << task.test.size()
             << " to test, " << task.max_length << " tokens, batch " << task.batch_size << ", " << args.epochs
             << (args.epochs == 1 ? " epoch" : " epochs") << "):\n";
   print_table(rows);
+}
+
+/// The text task's rows (see the top of this file).
+inline int run_text_rows(const Options& args, const TextTask& task, const ftopt::TrainerOptions& options, double lr,
+                         bool bf16) {
+  std::vector<Row> rows;
+  rows.push_back(text_baseline(options, task, lr));
+  auto policy_rows = [&]<class Precision>(const std::string& precision) {
+    using ftopt::peft::Lora;
+    rows.push_back(train_text(precision + ", full fine-tuning, optim::FusedAdamW", ftopt::Trainer<Precision>(options), task, lr));
+    rows.push_back(train_text<ftopt::optim::AdamW8bit>(precision + ", full fine-tuning, optim::AdamW8bit",
+                                                       ftopt::Trainer<Precision>(options), task, lr));
+    rows.push_back(train_text(precision + " + peft::Lora (r 8, query and value, head)",
+                              ftopt::Trainer<Precision, Lora>(options, {}, text_lora("lora")), task, 10 * lr));
+    rows.push_back(train_text(precision + " + peft::Lora + memory::Checkpoint",
+                              ftopt::Trainer<Precision, Lora, ftopt::memory::Checkpoint>(options, {}, text_lora("lora")),
+                              task, 10 * lr));
+    rows.push_back(train_text(precision + " + peft::Lora rsLoRA (scaling alpha / sqrt(r))",
+                              ftopt::Trainer<Precision, Lora>(options, {}, text_lora("rslora")), task, 10 * lr));
+    rows.push_back(train_text(precision + " + peft::Lora + DoRA",
+                              ftopt::Trainer<Precision, Lora>(options, {}, text_lora("dora")), task, 10 * lr));
+    rows.push_back(train_text(precision + " + peft::Lora + LoRA+ (B's lr x 16)",
+                              ftopt::Trainer<Precision, Lora>(options, {}, text_lora("loraplus")), task, 10 * lr));
+    using QLora = ftopt::peft::QLora<ftopt::quant::Nf4>;
+    rows.push_back(train_text(precision + " + peft::QLora<quant::Nf4> (r 8, query and value, head)",
+                              ftopt::Trainer<Precision, QLora>(options, {}, text_qlora()), task, 10 * lr));
+  };
+  if (bf16) policy_rows.template operator()<ftopt::precision::Bf16Mixed>("Bf16Mixed");
+  else policy_rows.template operator()<ftopt::precision::Fp32>("fp32");
+  print_text_table(args, task, rows);
   return 0;
 }
 
