@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Groups ftopt's public headers for the self-containment check (ftoptHeaderCheck.cmake).
+
+A header H is self-contained when a source file holding only `#include <H>` compiles. A source
+file that includes A and then H checks H just as strictly when H includes A itself (directly
+or through other headers, unconditionally): A brings nothing H would not bring. So the headers
+are split into chains, each ordered so that every header includes all the ones before it, and
+one source file per chain checks them all: the fewest chains (Dilworth's theorem, from a
+maximum matching) for the fewest parses of LibTorch's headers.
+
+  header_chains.py write INCLUDE_DIR OUT_DIR    one chain_NN.cpp per chain in OUT_DIR
+  header_chains.py verify INCLUDE_DIR OUT_DIR   exit 1 when the chains no longer hold (a
+                                                header added, removed or including otherwise)
+"""
+import pathlib
+import re
+import sys
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*<(ftopt[^>]*)>')
+CONDITION_OPEN = re.compile(r'^\s*#\s*if')
+CONDITION_CLOSE = re.compile(r'^\s*#\s*endif')
+
+
+def unconditional_includes(path):
+    """The ftopt headers `path` includes outside any #if block (include guards are #pragma once)."""
+    depth, out = 0, []
+    for line in path.read_text().splitlines():
+        if CONDITION_OPEN.match(line):
+            depth += 1
+        elif CONDITION_CLOSE.match(line):
+            depth -= 1
+        elif depth == 0 and (m := INCLUDE.match(line)):
+            out.append(m.group(1))
+    return out
+
+
+def closures(root):
+    headers = sorted(str(p.relative_to(root)) for p in root.rglob('*.hpp'))
+    direct = {h: [d for d in unconditional_includes(root / h) if d in headers] for h in headers}
+    done = {}
+
+    def closure(h):
+        if h not in done:
+            done[h] = set()
+            for d in direct[h]:
+                done[h] |= {d} | closure(d)
+        return done[h]
+
+    return {h: closure(h) for h in headers}
+
+
+def chains(closure):
+    """A minimum chain cover: each chain ordered from the header included by all the others."""
+    below = {}  # header -> the header that follows it in its chain (which includes it)
+
+    def augment(upper, seen):
+        for lower in sorted(closure[upper]):
+            if lower in seen:
+                continue
+            seen.add(lower)
+            if lower not in below or augment(below[lower], seen):
+                below[lower] = upper
+                return True
+        return False
+
+    for upper in sorted(closure):
+        augment(upper, set())
+    follows = set(below.values())  # headers that come after another in their chain
+    out = []
+    for start in sorted(h for h in closure if h not in follows):
+        chain = [start]
+        while chain[-1] in below:
+            chain.append(below[chain[-1]])
+        out.append(chain)
+    return out
+
+
+def read_chain(path):
+    return [m.group(1) for line in path.read_text().splitlines() if (m := INCLUDE.match(line))]
+
+
+def main(mode, include_dir, out_dir):
+    root, out = pathlib.Path(include_dir), pathlib.Path(out_dir)
+    closure = closures(root)
+    if mode == 'write':
+        out.mkdir(parents=True, exist_ok=True)
+        for old in out.glob('chain_*.cpp'):
+            old.unlink()
+        for i, chain in enumerate(chains(closure)):
+            text = '// Each header includes every one above it (cmake/header_chains.py).\n'
+            text += ''.join(f'#include <{h}>\n' for h in chain)
+            (out / f'chain_{i:03d}.cpp').write_text(text)
+        return 0
+    seen = []
+    for path in sorted(out.glob('chain_*.cpp')):
+        chain = read_chain(path)
+        seen += chain
+        for i, h in enumerate(chain):
+            earlier = set(chain[:i])
+            if h not in closure or not earlier <= closure[h]:
+                print(f'header check: {path.name} no longer holds ({h} does not include all of '
+                      f'{sorted(earlier)}): re-run cmake', file=sys.stderr)
+                return 1
+    if sorted(seen) != sorted(closure):
+        missing = sorted(set(closure) - set(seen)) or sorted(set(seen) - set(closure))
+        print(f'header check: the headers changed since cmake ran ({", ".join(missing[:5])}): re-run cmake',
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    if len(sys.argv) != 4 or sys.argv[1] not in ('write', 'verify'):
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(*sys.argv[1:]))
