@@ -52,6 +52,14 @@ const at::Tensor& target_of(const B& batch) {
 }
 
 namespace detail {
+/// true, or one sentence saying why B cannot be a training batch (Trainer::train_step).
+template <class B>
+consteval bool check_batch() {
+  static_assert(Batch<B>, "ftopt::Trainer::train_step: the batch must be an (input, target) pair of tensors or "
+                          "have .data and .target (include/ftopt/batch.hpp).");
+  return true;
+}
+
 /// true, or one sentence saying why R cannot feed fit or evaluate.
 template <class R>
 consteval bool check_batches() {

@@ -1,6 +1,6 @@
 #pragma once
-/// What the Trainer reports: the live state callbacks see during fit, and the statistics of an
-/// epoch, an evaluation and a whole fit.
+/// What the Trainer reports: a training step's result, the live state callbacks see during fit,
+/// and the statistics of an epoch, an evaluation and a whole fit.
 
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +51,14 @@ struct FitSummary {
   std::vector<EpochStats> epochs;
   bool stopped_early = false;  ///< a callback asked to stop
   double seconds = 0;
+};
+
+/// What Trainer::train_step did.
+struct StepResult {
+  at::Tensor loss;  ///< this micro-batch's loss, detached, before division by accumulation
+  /// The optimizer stepped after this micro-batch: false inside an accumulation window, and
+  /// false when the precision policy skipped the step (a loss scaler on inf/NaN gradients).
+  bool stepped = false;
 };
 
 /// The live state of fit, as callbacks see it. Running metrics stay tensors (no device sync on

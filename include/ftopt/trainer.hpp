@@ -30,10 +30,8 @@
 
 #include <ftopt/batch.hpp>
 #include <ftopt/callbacks/callback.hpp>
-#include <ftopt/detail/clip_grad_norm.hpp>
 #include <ftopt/detail/clock.hpp>
 #include <ftopt/detail/phase.hpp>
-#include <ftopt/detail/scope_exit.hpp>
 #include <ftopt/detail/slot_checks.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/hardware.hpp>
@@ -47,32 +45,23 @@
 #include <ftopt/state.hpp>
 #include <ftopt/trainer/checkpoint.hpp>
 #include <ftopt/trainer/checks.hpp>
+#include <ftopt/trainer/epoch.hpp>
 #include <ftopt/trainer/evaluate.hpp>
 #include <ftopt/trainer/gradients.hpp>
 #include <ftopt/trainer/inputs.hpp>
 #include <ftopt/trainer/learning_rate.hpp>
 #include <ftopt/trainer/metrics.hpp>
 #include <ftopt/trainer/parameter_groups.hpp>
+#include <ftopt/trainer/stepping.hpp>
 #include <ftopt/trainer_options.hpp>
 
 namespace ftopt {
 
-/// What train_step did.
-struct StepResult {
-  torch::Tensor loss;     ///< this micro-batch's loss, detached, before division by accumulation
-  /// The optimizer stepped after this micro-batch: false inside an accumulation window, and
-  /// false when the precision policy skipped the step (a loss scaler on inf/NaN gradients).
-  bool stepped = false;
-};
-
-template <class Precision = precision::Fp32, class Peft = peft::Full,
-          class Memory = memory::None, class Parallel = parallel::Single,
-          class Quant = quant::None>
+template <class Precision = precision::Fp32, class Peft = peft::Full, class Memory = memory::None,
+          class Parallel = parallel::Single, class Quant = quant::None>
 class Trainer {
   static_assert(detail::check_slots<Precision, Peft, Memory, Parallel, Quant>());
   static_assert(rules::check_combination<Precision, Peft, Memory, Parallel, Quant>());
-
-  using Clock = detail::Clock;
 
 public:
   using precision_type = Precision;
@@ -89,16 +78,12 @@ public:
         device_(options_.device.value_or(trainer::default_device())) {
     options_.validate();
     detail::validate_policies(precision_, peft_, memory_, parallel_, quant_);
-    if constexpr (rules::steps_in_backward<Memory>)
-      detail::check(options_.clip_grad_norm == 0, "ftopt::Trainer: TrainerOptions::clip_grad_norm = ",
-                    options_.clip_grad_norm, " cannot combine with stepping the optimizer in the backward (",
-                    Memory::name, "): clipping by the global norm needs every gradient before the first "
-                    "step; set clip_grad_norm = 0, or clip without ", Memory::name);
+    trainer::Stepping<Memory>::validate(options_);
   }
 
-  /// Moves the model to the device and applies the policies (peft attach, quant prepare,
-  /// precision prepare, memory prepare, parallel setup). Returns the parameters to build the optimizer from.
-  /// Calling it again for the same model returns the same parameters.
+  /// Moves the model to the device and applies the policies (peft attach, quant prepare, precision
+  /// prepare, memory prepare, parallel setup, the Memory policy's optimizer-in-backward attach).
+  /// Returns the parameters to build the optimizer from; again for the same model, the same ones.
   template <class M>
   const std::vector<torch::Tensor>& prepare(M& model) {
     static_assert(detail::check_model<M>() && rules::check_model_for<Peft, Memory, M>());
@@ -113,7 +98,7 @@ public:
     detail::check(!trainable_.empty(), "Trainer::prepare: the model has no trainable parameters (",
                   module.parameters().size(), " parameters, none requires grad)");
     parallel_.setup(module, trainable_);
-    if constexpr (rules::steps_in_backward<Memory>) memory_.attach(trainable_);
+    stepping_.attach(memory_, trainable_);
     prepared_ = &module;
     return trainable_;
   }
@@ -132,12 +117,12 @@ public:
   FitSummary fit(M& model, torch::optim::Optimizer& optimizer, R&& batches,
                  Callbacks&&... callbacks) {
     static_assert(detail::check_model<M>() && detail::check_batches<R>());
-    require_prepared(model, optimizer);
+    trainer::check_prepared(prepared_ == &detail::module_of(model), trainable_, optimizer);
     auto hooks = std::forward_as_tuple(callbacks...);
     const Progress start = std::exchange(resume_.progress, Progress{});
     begin_fit(optimizer, trainer::steps_per_epoch(batches), start);
     FitSummary summary;
-    const auto fit_start = Clock::now();
+    const auto fit_start = detail::Clock::now();
     auto& state = metrics_.fit;
     detail::call_hooks(hooks, detail::on_fit_begin, state);
     for (std::int64_t epoch = start.epochs; epoch < options_.epochs; ++epoch) {
@@ -146,17 +131,17 @@ public:
       if constexpr (requires { batches.set_epoch(std::uint64_t{}); })
         batches.set_epoch(static_cast<std::uint64_t>(epoch));
       detail::call_hooks(hooks, detail::on_epoch_begin, state);
-      bool stop = run_epoch(model, optimizer, batches, hooks);
+      bool stop = trainer::run_epoch(batches, hooks, metrics_, [&](const auto& input, const auto& target, bool last) {
+        train_step(model, optimizer, std::pair{input, target}, last);
+      });
+      if (stop && micro_ > 0) close_window();  // a window cut short: its gradients are dropped
       summary.epochs.push_back(metrics_.end_epoch(reduce_sum(), lr_.first_lr(optimizer), device_));
       progress_ = {epoch + 1, state.optimizer_steps};
-      if (options_.checkpoint && parallel_.rank() == 0 &&
-          ((epoch + 1) % options_.checkpoint->every_epochs == 0 || epoch + 1 == options_.epochs))
+      if (options_.checkpoint && parallel_.rank() == 0 && options_.checkpoint->due_after(epoch + 1, options_.epochs))
         save_checkpoint(options_.checkpoint->path, model, optimizer);
       stop |= detail::call_hooks(hooks, detail::on_epoch_end, state, summary.epochs.back());
-      if (stop) {
-        summary.stopped_early = true;
-        break;
-      }
+      summary.stopped_early = stop;
+      if (stop) break;
     }
     summary.seconds = detail::seconds_since(fit_start);
     detail::call_hooks(hooks, detail::on_fit_end, summary);
@@ -168,10 +153,8 @@ public:
   template <class M, class B>
   StepResult train_step(M& model, torch::optim::Optimizer& optimizer, const B& batch,
                         bool ends_epoch = false) {
-    static_assert(detail::check_model<M>());
-    static_assert(Batch<B>, "ftopt::Trainer::train_step: the batch must be an (input, target) "
-                            "pair of tensors or have .data and .target (include/ftopt/batch.hpp).");
-    auto t0 = Clock::now();
+    static_assert(detail::check_model<M>() && detail::check_batch<B>());
+    auto t0 = detail::Clock::now();
     detail::Phase phase("ftopt::forward");
     const torch::Tensor input = trainer::policy_input(precision_, trainer::on_device(input_of(batch), device_));
     const torch::Tensor target = trainer::on_device(target_of(batch), device_);
@@ -179,43 +162,32 @@ public:
     const bool sync = ends_epoch || micro_ + 1 == accumulation;
 
     parallel_.before_forward(sync);
-    torch::Tensor output;
-    {
+    const torch::Tensor output = [&] {
       [[maybe_unused]] auto scope = precision_.forward_scope();
-      output = memory_.forward(model, input);
-    }
+      return memory_.forward(model, input);
+    }();
     torch::Tensor loss = options_.loss(precision_.loss_input(output), target);
     // A loss-scaling policy skips non-finite steps itself (and counts them).
     if constexpr (!rules::skips_non_finite_steps<Precision>)
       if (options_.on_non_finite_loss == NonFiniteLoss::Error) check_finite(loss);
-    auto t1 = Clock::now();
+    auto t1 = detail::Clock::now();
 
     phase.next("ftopt::backward");
     parallel_.before_backward(output, sync);
     const auto backward = [&] { precision_.backward(accumulation == 1 ? loss : loss / static_cast<double>(accumulation)); };
-    if constexpr (rules::steps_in_backward<Memory>) {
-      // The parameters step inside this backward: at this step's learning rate.
-      if (options_.schedule) metrics_.fit.lr = lr_.apply(optimizer, metrics_.fit.optimizer_steps);
-      memory_.arm(optimizer);
-      const detail::ScopeExit disarm([&] { stepped_in_backward_ = memory_.disarm() > 0; });
-      backward();
-    } else if constexpr (requires { parallel_.guard(backward); }) {
+    stepping_.backward(memory_, optimizer, [&] { apply_schedule(optimizer); }, [&] {
       // A policy that communicates during backward names a lost rank if it fails (parallel::Ddp).
-      parallel_.guard(backward);
-    } else {
-      backward();
-    }
+      if constexpr (requires { parallel_.guard(backward); }) parallel_.guard(backward);
+      else backward();
+    });
     parallel_.after_backward(sync);
-    auto t2 = Clock::now();
+    auto t2 = detail::Clock::now();
 
     ++micro_;
     phase.next("ftopt::optimizer_step");
     const bool stepped = sync && optimizer_step(optimizer);
     metrics_.record(loss, output, target, device_);
-    auto t3 = Clock::now();
-    metrics_.phases.forward += detail::seconds_between(t0, t1);
-    metrics_.phases.backward += detail::seconds_between(t1, t2);
-    metrics_.phases.optimizer += detail::seconds_between(t2, t3);
+    metrics_.record_phases(t0, t1, t2, detail::Clock::now());
     return {metrics_.fit.loss, stepped};
   }
 
@@ -239,8 +211,8 @@ public:
   template <class M>
   void save_checkpoint(const std::filesystem::path& path, M& model, torch::optim::Optimizer& optimizer) const {
     static_assert(detail::check_model<M>());
-    TrainingState state{.progress = progress_, .base_lrs = lr_.base_lrs()};
-    trainer::write_checkpoint(path, detail::module_of(model), optimizer, state, policies());
+    trainer::write_checkpoint(path, detail::module_of(model), optimizer, {.progress = progress_, .base_lrs = lr_.base_lrs()},
+                              policies());
   }
 
   /// Restores what save_checkpoint wrote; the next fit continues after the checkpoint's epoch,
@@ -269,20 +241,9 @@ public:
 private:
   auto policies() { return std::tie(precision_, peft_, memory_, parallel_, quant_); }
   auto policies() const { return std::tie(precision_, peft_, memory_, parallel_, quant_); }
-  auto reduce_sum() {
-    return [this](const torch::Tensor& t) { return parallel_.reduce_sum(t); };
-  }
+  auto reduce_sum() { return [this](const torch::Tensor& t) { return parallel_.reduce_sum(t); }; }
 
-  template <Model M>
-  void require_prepared(M& model, const torch::optim::Optimizer& optimizer) const {
-    detail::check(prepared_ == &detail::module_of(model),
-                  "Trainer::fit: call trainer.prepare(model) first and build the optimizer from "
-                  "the parameters it returns (it attaches the Peft policy and moves the model)");
-    trainer::check_optimizer_holds(trainable_, optimizer);
-  }
-
-  /// The threads (only when asked), the hardware report (once per process), fresh metrics and
-  /// the schedule's base lrs.
+  /// Threads (only when asked), the hardware report (once per process), the schedule, fresh metrics.
   void begin_fit(torch::optim::Optimizer& optimizer, std::optional<std::int64_t> steps, Progress start) {
     if (options_.threads) hardware::set_threads({.threads = *options_.threads});
     if (options_.report_hardware && parallel_.rank() == 0) hardware::report_once(*options_.log);
@@ -290,65 +251,34 @@ private:
                   std::exchange(resume_.base_lrs, {}));
     metrics_.begin_fit(options_.epochs, steps, parallel_.rank(), parallel_.world_size(), start.optimizer_steps,
                        lr_.first_base_lr());
-    micro_ = 0;
-    zero_grad();
-  }
-
-  template <Model M, class R, class Hooks>
-  bool run_epoch(M& model, torch::optim::Optimizer& optimizer, R& batches, Hooks& hooks) {
-    auto wait_start = Clock::now();
-    auto it = std::ranges::begin(batches);
-    const auto end = std::ranges::end(batches);
-    detail::check(it != end, "Trainer::fit: the batch range is empty in epoch ", metrics_.fit.epoch);
-    while (it != end) {
-      std::optional<detail::Phase> waiting(std::in_place, "ftopt::data");
-      decltype(auto) batch = *it;
-      const torch::Tensor input = input_of(batch), target = target_of(batch);
-      ++it;
-      const bool last = it == end;
-      waiting.reset();
-      metrics_.phases.data += detail::seconds_since(wait_start);
-      train_step(model, optimizer, std::pair{input, target}, last);
-      metrics_.end_micro_batch();
-      if (detail::call_hooks(hooks, detail::on_step_end, metrics_.fit)) {
-        if (micro_ > 0) zero_grad();  // a window cut short: its gradients are dropped
-        micro_ = 0;
-        return true;
-      }
-      wait_start = Clock::now();
-    }
-    return false;
+    close_window();
   }
 
   void check_finite(const torch::Tensor& loss) {
     const double value = loss.item<double>();
     if (std::isfinite(value)) [[likely]] return;
-    zero_grad();
-    micro_ = 0;
+    close_window();
     trainer::fail_non_finite_loss(value, metrics_.fit);
   }
 
-  /// Unscale, clip, schedule, step, update; returns whether the precision policy took the step.
-  /// With the optimizer stepped in the backward: whether any parameter stepped there.
+  /// The window's optimizer step, after or inside the backward (trainer::Stepping); whether it was taken.
   bool optimizer_step(torch::optim::Optimizer& optimizer) {
-    if constexpr (rules::steps_in_backward<Memory>) {
-      metrics_.count_optimizer_step(stepped_in_backward_);
-      zero_grad();  // the hooks freed what they stepped; this clears any other gradient
-      micro_ = 0;
-      return std::exchange(stepped_in_backward_, false);
-    }
-    precision_.unscale(optimizer);
-    if (options_.clip_grad_norm > 0) detail::clip_grad_norm(trainable_, options_.clip_grad_norm);
-    if (options_.schedule) metrics_.fit.lr = lr_.apply(optimizer, metrics_.fit.optimizer_steps);
-    const bool taken = precision_.step(optimizer);
+    const bool taken = stepping_.step(precision_, optimizer, trainable_, options_.clip_grad_norm,
+                                      [&] { apply_schedule(optimizer); });
     metrics_.count_optimizer_step(taken);
-    precision_.update();
-    zero_grad();
-    micro_ = 0;
+    close_window();  // after steps in the backward: any gradient the hooks did not free
     return taken;
   }
 
-  void zero_grad() { trainer::zero_grad(parallel_, trainable_); }
+  void apply_schedule(torch::optim::Optimizer& optimizer) {
+    if (options_.schedule) metrics_.fit.lr = lr_.apply(optimizer, metrics_.fit.optimizer_steps);
+  }
+
+  /// A new accumulation window: no micro-batch in it, gradients cleared.
+  void close_window() {
+    micro_ = 0;
+    trainer::zero_grad(parallel_, trainable_);
+  }
 
   TrainerOptions options_;
   Precision precision_;
@@ -360,7 +290,7 @@ private:
   const torch::nn::Module* prepared_ = nullptr;
   std::vector<torch::Tensor> trainable_;
   std::int64_t micro_ = 0;  ///< micro-batches in the open accumulation window
-  bool stepped_in_backward_ = false;  ///< memory::OptimizerInBackward stepped in the last backward
+  trainer::Stepping<Memory> stepping_;
   trainer::Metrics metrics_;
   trainer::LearningRate lr_;
   Progress progress_;      ///< after the last epoch of the last fit

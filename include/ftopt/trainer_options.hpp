@@ -49,6 +49,9 @@ inline torch::Tensor cross_entropy(const torch::Tensor& output, const torch::Ten
 struct CheckpointOptions {
   std::filesystem::path path;
   std::int64_t every_epochs = 1;  ///< and always after the last epoch
+
+  /// Whether a checkpoint is written after `epoch` (1-based) of `epochs`.
+  bool due_after(std::int64_t epoch, std::int64_t epochs) const { return epoch % every_epochs == 0 || epoch == epochs; }
 };
 
 struct TrainerOptions {

@@ -1,7 +1,8 @@
 #pragma once
 /// One consteval check per Trainer slot. Each stops at its first failure, so a wrong argument
 /// gives one sentence, not a cascade: another axis's policy in the slot, a type that is no
-/// policy, or a policy missing hooks of its axis's concept.
+/// policy, a policy missing hooks of its axis's concept, or a Memory policy missing a hook of
+/// the optimizer-in-backward protocol it declares.
 
 #include <ftopt/axis.hpp>
 #include <ftopt/detail/dependent_false.hpp>
@@ -10,6 +11,7 @@
 #include <ftopt/peft/concept.hpp>
 #include <ftopt/precision/concept.hpp>
 #include <ftopt/quant/concept.hpp>
+#include <ftopt/rules.hpp>
 
 // The messages differ only in names, and static_assert takes only string literals (before
 // C++26), so the five checks are stamped from one macro.
@@ -56,10 +58,36 @@ consteval bool check_parallel_slot_defined() {
   return true;
 }
 
+/// The Memory slot's optional protocol: a policy that declares steps_in_backward has the three
+/// hooks the Trainer steps the optimizer in the backward with (memory::StepsInBackward); the
+/// first one missing is named.
+template <class P>
+consteval bool check_memory_protocol() {
+  if constexpr (rules::steps_in_backward<P>) {
+    if constexpr (!requires(P& p, const std::vector<torch::Tensor>& trainable) { p.attach(trainable); })
+      static_assert(dependent_false<P>,
+                    "ftopt::Trainer: the Memory policy declares steps_in_backward but has no "
+                    "attach(const std::vector<torch::Tensor>& trainable); a policy that steps the optimizer in "
+                    "the backward has attach, arm and disarm (include/ftopt/memory/concept.hpp).");
+    else if constexpr (!requires(P& p, torch::optim::Optimizer& optimizer) { p.arm(optimizer); })
+      static_assert(dependent_false<P>,
+                    "ftopt::Trainer: the Memory policy declares steps_in_backward but has no "
+                    "arm(torch::optim::Optimizer&); a policy that steps the optimizer in the backward has "
+                    "attach, arm and disarm (include/ftopt/memory/concept.hpp).");
+    else if constexpr (!memory::StepsInBackward<P>)
+      static_assert(dependent_false<P>,
+                    "ftopt::Trainer: the Memory policy declares steps_in_backward but has no "
+                    "disarm() -> std::int64_t; a policy that steps the optimizer in the backward has attach, "
+                    "arm and disarm (include/ftopt/memory/concept.hpp).");
+  }
+  return true;
+}
+
 /// The five slots' checks, in slot order.
 template <class Precision, class Peft, class Memory, class Parallel, class Quant>
 consteval bool check_slots() {
   return check_precision_slot<Precision>() && check_peft_slot<Peft>() && check_memory_slot<Memory>() &&
+         check_memory_protocol<Memory>() &&
          check_parallel_slot_defined<Parallel>() && check_quant_slot<Quant>();
 }
 } // namespace ftopt::detail

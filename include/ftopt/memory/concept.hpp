@@ -10,9 +10,12 @@
 ///   std::int64_t accumulation() const;           micro-batches per optimizer step, >= 1
 /// Optional: `void validate() const`; `template <Model M> void prepare(M& model)`, called by
 /// Trainer::prepare after the Peft and Precision policies (e.g. to switch on block checkpointing).
-/// A policy that declares `static constexpr bool steps_in_backward = true` also has
-/// `attach(trainable)`, `arm(optimizer)` and `disarm() -> std::int64_t`: the Trainer steps the
-/// optimizer inside the backward through it (memory::OptimizerInBackward).
+/// A policy that declares `static constexpr bool steps_in_backward = true` models
+/// StepsInBackward below: the Trainer (trainer/stepping.hpp) attaches it to the trainable
+/// parameters once, arms it with the optimizer before each backward and disarms it after, and
+/// the policy steps each parameter inside the backward (memory::OptimizerInBackward). A policy
+/// that declares it without the three hooks fails to compile with a sentence naming the first
+/// one missing (detail/slot_checks.hpp).
 ///
 /// Laws:
 ///   - forward returns what model->forward(input) returns, with the same gradients;
@@ -24,6 +27,9 @@
 
 #include <concepts>
 #include <cstdint>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
 
 #include <ftopt/axis.hpp>
 #include <ftopt/model.hpp>
@@ -35,6 +41,15 @@ concept Policy = PolicyOf<P, axis::Memory> && std::movable<P> &&
     requires(P& p, const P& cp, ftopt::detail::ArchetypeModel& model, const torch::Tensor& input) {
       { p.forward(model, input) } -> std::convertible_to<torch::Tensor>;
       { cp.accumulation() } -> std::convertible_to<std::int64_t>;
+    };
+
+/// The protocol of a Memory policy that steps the optimizer in the backward.
+template <class P>
+concept StepsInBackward =
+    requires(P& p, const std::vector<torch::Tensor>& trainable, torch::optim::Optimizer& optimizer) {
+      p.attach(trainable);  // once, after Trainer::prepare found the trainable parameters
+      p.arm(optimizer);     // before each backward
+      { p.disarm() } -> std::convertible_to<std::int64_t>;  // after it: how many parameters stepped
     };
 
 } // namespace ftopt::memory

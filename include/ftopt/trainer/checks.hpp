@@ -1,6 +1,6 @@
 #pragma once
-/// What fit checks and reads before it trains: that the optimizer holds exactly the parameters
-/// prepare() returned, and the number of batches per epoch where the range knows it; and the
+/// What fit checks and reads before it trains: that the model was prepared and the optimizer
+/// holds exactly the parameters prepare() returned, and the number of batches per epoch where the range knows it; and the
 /// error a non-finite loss stops it with.
 
 #include <cstddef>
@@ -30,6 +30,15 @@ inline void check_optimizer_holds(const std::vector<torch::Tensor>& trainable, c
   check(foreign == 0 && held == trainable.size(), "Trainer::fit: the optimizer holds ", held, " parameters, ", foreign,
         " of them not trainable under the Peft policy, but prepare() returned ", trainable.size(),
         "; build the optimizer from prepare()'s result");
+}
+
+/// Throws unless fit's model is the one prepare() was called for (`prepared`) and the optimizer
+/// holds the parameters prepare() returned.
+inline void check_prepared(bool prepared, const std::vector<torch::Tensor>& trainable,
+                           const torch::optim::Optimizer& optimizer) {
+  check(prepared, "Trainer::fit: call trainer.prepare(model) first and build the optimizer from the parameters it "
+        "returns (it attaches the Peft policy and moves the model)");
+  check_optimizer_holds(trainable, optimizer);
 }
 
 /// The micro-batches per epoch of a sized range; none for an input range of unknown length.

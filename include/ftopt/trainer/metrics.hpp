@@ -66,6 +66,14 @@ public:
   }
 
   /// After fit's micro-batch: the FitState fields callbacks read between steps.
+  /// A training step's phases: forward from t0 to t1, backward to t2, optimizer step to t3.
+  void record_phases(detail::Clock::time_point t0, detail::Clock::time_point t1, detail::Clock::time_point t2,
+                     detail::Clock::time_point t3) {
+    phases.forward += detail::seconds_between(t0, t1);
+    phases.backward += detail::seconds_between(t1, t2);
+    phases.optimizer += detail::seconds_between(t2, t3);
+  }
+
   void end_micro_batch() {
     ++fit.step;
     fit.samples = meter_->samples;
