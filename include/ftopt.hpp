@@ -4,7 +4,7 @@
 /// the five axes (each: its concept, its policies, then their support and file headers), the
 /// layers and models the policies act on, weights and data, and the tools around training.
 ///
-/// Five headers are left out because they compile large external code into every TU that
+/// Six headers are left out because they compile large external code into every TU that
 /// includes them, and only some source files need them (docs/build.md, "Compile time"):
 /// <ftopt/json.hpp> (nlohmann's JSON, for each source file that reads or writes files; the file
 /// functions say so when it is missing); <ftopt/pipeline.hpp> (the data Pipeline, its own
@@ -12,7 +12,9 @@
 /// it joins, on c10d's process groups and Reducer, for each source file that names them; a
 /// Trainer over Ddp says so when it is missing); <ftopt/parallel/gloo.hpp> and
 /// <ftopt/parallel/nccl.hpp> (c10d's process-group backends, in one source file of a program
-/// that runs DDP; joining a group says so; each includes ddp.hpp).
+/// that runs DDP; joining a group says so; each includes ddp.hpp); <ftopt/report/grid.hpp> (the
+/// report layer: a policy grid's report as tables, JSON and an SVG plot; the core never
+/// includes it).
 
 // Foundations: errors, the version, what a policy and a model are, the machine.
 #include <ftopt/error.hpp>
@@ -30,9 +32,11 @@
 #include <ftopt/rules.hpp>
 #include <ftopt/trainer/checkpoint.hpp>
 #include <ftopt/trainer/checks.hpp>
+#include <ftopt/trainer/epoch.hpp>
 #include <ftopt/trainer/learning_rate.hpp>
 #include <ftopt/trainer/metrics.hpp>
 #include <ftopt/trainer/parameter_groups.hpp>
+#include <ftopt/trainer/stepping.hpp>
 #include <ftopt/callbacks/callback.hpp>
 #include <ftopt/callbacks/progress_bar.hpp>
 #include <ftopt/callbacks/profile.hpp>
@@ -43,7 +47,7 @@
 #include <ftopt/schedule/step_decay.hpp>
 #include <ftopt/optim/fused_adamw.hpp>
 #include <ftopt/optim/adamw8bit.hpp>
-#include <ftopt/optim/support/closure.hpp>
+#include <ftopt/detail/optimizer_closure.hpp>
 
 // Precision.
 #include <ftopt/precision/concept.hpp>
@@ -51,7 +55,7 @@
 #include <ftopt/precision/bf16_mixed.hpp>
 #include <ftopt/precision/fp16_mixed.hpp>
 #include <ftopt/precision/bf16_true.hpp>
-#include <ftopt/precision/support/device_of.hpp>
+#include <ftopt/detail/device_of.hpp>
 #include <ftopt/precision/support/grad_scaler.hpp>
 #include <ftopt/precision/support/unscaled.hpp>
 

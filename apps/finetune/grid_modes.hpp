@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
+#include <ftopt/report/grid.hpp>
 
 #include "options.hpp"
 #include "runs.hpp"
@@ -105,8 +106,8 @@ int run_grid_modes(const Options& args, bool bf16, Fresh& fresh, const ftopt::Tr
     grid::Report report = grid::run<MainGrid>(fresh, train_batches, test_batches, grid_options, grid_settings(fresh()->options()));
     report.title = "ViT fine-tune, Fashion-MNIST classes 5-9: " + std::to_string(args.grid_steps) +
                    " steps per combination";
-    report.write(args.grid_dir);
-    report.print(std::cout);
+    ftopt::report::write(report, args.grid_dir);
+    ftopt::report::print(report, std::cout);
     std::cout << "\nreport written to " << args.grid_dir << "/grid.{md,json,svg}\n";
     return 0;
   }
@@ -136,7 +137,7 @@ int run_grid_modes(const Options& args, bool bf16, Fresh& fresh, const ftopt::Tr
   if (!(chosen == grid::Combination{})) rows.push_back(train_named(chosen, fresh, options, train_set, test_set, lr));
   if (evidence) {
     std::cout << "\n--auto's evidence (" << args.grid_steps << " steps each, accuracy on a validation split):\n";
-    evidence->print(std::cout);
+    ftopt::report::print(*evidence, std::cout);
     std::cout << "chosen: " << chosen.key() << " (the fastest within " << std::defaultfloat << 100 * evidence->bound
               << " points of the baseline)\n";
   }

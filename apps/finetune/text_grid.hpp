@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
+#include <ftopt/report/grid.hpp>
 
 #include "options.hpp"
 #include "runs.hpp"
@@ -80,8 +81,8 @@ inline int run_text_grid_modes(const Options& args, const TextTask& task, const 
     auto train_batches = tokenized_batches(task, task.train);
     auto report = ftopt::grid::run<TextGrid>(fresh, train_batches, task.test_batches, grid_options, settings);
     report.title = "all-MiniLM-L6-v2 on BBC News: " + std::to_string(args.grid_steps) + " steps per combination";
-    report.write(args.grid_dir);
-    report.print(std::cout);
+    ftopt::report::write(report, args.grid_dir);
+    ftopt::report::print(report, std::cout);
     std::cout << "\nreport written to " << args.grid_dir << "/grid.{md,json,svg}\n";
     return 0;
   }
@@ -108,7 +109,7 @@ inline int run_text_grid_modes(const Options& args, const TextTask& task, const 
     });
   if (evidence) {
     std::cout << "\n--auto's evidence (" << args.grid_steps << " steps each, accuracy on a validation split):\n";
-    evidence->print(std::cout);
+    ftopt::report::print(*evidence, std::cout);
     std::cout << "chosen: " << chosen.key() << " (the fastest within " << std::defaultfloat << 100 * evidence->bound
               << " points of the baseline)\n";
   }

@@ -1,6 +1,7 @@
 // The policy grid: the cartesian product filtered by the combination rules at compile time,
-// selection by name at run time, the report (flags, Pareto front, Markdown, JSON, SVG), runs
-// and autotune on a small model, and the profiler's Chrome trace.
+// selection by name at run time, the report's marks (flags, Pareto front, the choice), runs
+// and autotune on a small model, and the profiler's Chrome trace. The report as documents:
+// tests/report/grid.cpp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <ftopt/grid/run.hpp>
 
 #include "../support.hpp"
+#include "sample_report.hpp"
 
 using namespace ftopt;
 using Catch::Matchers::Contains;
@@ -34,50 +36,6 @@ static_assert(Small::valid_size<models::ViT>() == 12);
 // The MLP has neither: prefix and checkpoint are out too; left: {fp32, fp16} x full x none x
 // {none, qat}, minus fp16 + qat = 3.
 static_assert(Small::valid_size<models::Mlp>() == 3);
-
-/// Whether `text` is well-formed XML as far as an SVG needs: every tag closed in order, every
-/// attribute value quoted, no bare '&' or '<' in text.
-bool well_formed_xml(const std::string& text) {
-  std::vector<std::string> open;
-  std::size_t i = 0;
-  while (i < text.size()) {
-    if (text[i] == '&') {
-      const auto semi = text.find(';', i);
-      if (semi == std::string::npos || semi - i > 6) return false;
-      i = semi + 1;
-      continue;
-    }
-    if (text[i] != '<') {
-      ++i;
-      continue;
-    }
-    const auto close = text.find('>', i);
-    if (close == std::string::npos) return false;
-    std::string tag = text.substr(i + 1, close - i - 1);
-    i = close + 1;
-    if (tag.starts_with("?")) continue;
-    if (tag.find('<') != std::string::npos) return false;
-    std::size_t quotes = 0;
-    for (char c : tag) quotes += c == '"';
-    if (quotes % 2 != 0) return false;
-    if (tag.starts_with("/")) {
-      if (open.empty() || open.back() != tag.substr(1)) return false;
-      open.pop_back();
-    } else if (!tag.ends_with("/")) {
-      open.push_back(tag.substr(0, tag.find_first_of(" \n")));
-    }
-  }
-  return open.empty();
-}
-
-grid::Result result(std::string peft, double step_ms, double accuracy, double mib = 1) {
-  grid::Result r;
-  r.combination.peft = std::move(peft);
-  r.step_ms = step_ms;
-  r.accuracy = accuracy;
-  r.peak_mib = mib;
-  return r;
-}
 
 } // namespace grid_test
 
@@ -196,14 +154,8 @@ TEST_CASE("grid::Variants: one Trainer type under several names, each a setting 
   }
 }
 
-TEST_CASE("Report: flags below the bound, the Pareto front, Markdown, JSON and a well-formed SVG", "[grid]") {
-  grid::Report report;
-  report.bound = 0.005;
-  report.results = {result("full", 10, 0.900, 40), result("lora", 6, 0.897, 20), result("adapter", 7, 0.890, 25),
-                    result("prefix", 12, 0.905, 30), result("freeze", 11, 0.880, 10)};
-  report.results.push_back({.combination = grid::Combination{.quant = "qat"}, .error = "refused | badly"});
-  report.excluded = {{grid::Combination{.precision = "fp16", .quant = "qat"}, rules::rule::fake_quant_under_fp16}};
-  report.mark();
+TEST_CASE("Report: flags below the bound and the Pareto front", "[grid]") {
+  const auto report = test::sample_report();
   // Baseline 90.0%, bound 0.5 points: adapter (89.0) and freeze (88.0) are flagged.
   CHECK_FALSE(report.results[1].flagged);
   CHECK(report.results[2].flagged);
@@ -217,34 +169,6 @@ TEST_CASE("Report: flags below the bound, the Pareto front, Markdown, JSON and a
   CHECK_FALSE(report.results[4].pareto);
   CHECK_FALSE(report.results[5].pareto);  // did not run
   CHECK(report.fastest_within_bound().combination.peft == "lora");
-
-  const std::string md = report.markdown();
-  CHECK_THAT(md, Contains("| fp32 | lora | none | single | none | 6.0 |"));
-  CHECK_THAT(md, Contains("FLAGGED"));
-  CHECK_THAT(md, Contains("not run: refused \\| badly"));
-  CHECK_THAT(md, Contains("Excluded: fp16/full/none/single/qat (fake-quant training cannot run under fp16"));
-  const std::string json = report.json();
-  CHECK_THAT(json, Contains("\"peft\": \"adapter\""));
-  CHECK_THAT(json, Contains("\"flagged\": true"));
-  CHECK_THAT(json, Contains("\"error\": \"refused | badly\""));
-  CHECK(std::count(json.begin(), json.end(), '{') == std::count(json.begin(), json.end(), '}'));
-  std::ostringstream terminal;
-  report.print(terminal);
-  CHECK_THAT(terminal.str(), Contains("fp32/lora/none/single/none"));
-
-  report.title = "grid <test> & more";
-  const std::string svg = report.svg();
-  CHECK(well_formed_xml(svg));
-  CHECK_FALSE(well_formed_xml("<svg><g></svg>"));  // the checker can fail
-  CHECK_THAT(svg, Contains("grid &lt;test&gt; &amp; more"));
-  CHECK_THAT(svg, Contains("<polyline"));  // the front: full, lora, prefix
-  std::size_t circles = 0;
-  for (auto at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++circles;
-  CHECK(circles == 5 + 2);  // the results that ran, and two in the legend
-
-  test::ScratchDir dir("grid-report");
-  report.write(dir.path);
-  for (const char* file : {"grid.md", "grid.json", "grid.svg"}) CHECK(std::filesystem::exists(dir.path / file));
 }
 
 TEST_CASE("grid::run and autotune on a small model: baseline first, errors reported, the budget", "[grid]") {

@@ -19,12 +19,6 @@ namespace {
 using Int8Lora = peft::QLora<quant::Int8PerChannel>;
 using Nf4Lora = peft::QLora<quant::Nf4>;
 
-/// The format with blocks that fit the small layers here (64 x 32: 32 blocks of 64).
-template <class Format>
-Format small_format() {
-  if constexpr (std::is_same_v<Format, quant::Nf4>) return quant::Nf4{.block_size = 64, .scaler_block_size = 8};
-  else return Format{};
-}
 
 /// Two Linears named "0" and "1", both adapted.
 struct Net {
@@ -40,7 +34,7 @@ TEMPLATE_TEST_CASE("QLora computes deq(Q(W)) x + b + s B A x, and trains A and B
                    quant::Int8PerChannel, quant::Nf4) {
   Net n(7);
   const auto w0 = n.layer(0).weight.detach().clone();
-  peft::QLora<TestType> qlora({.r = 4, .alpha = 8, .targets = {"0", "2"}}, small_format<TestType>());
+  peft::QLora<TestType> qlora({.r = 4, .alpha = 8, .targets = {"0", "2"}}, test::small_format<TestType>(8));
   qlora.attach(*n.net);
   REQUIRE(qlora.bases().size() == 2);
   auto& layer = n.layer(0);
@@ -49,7 +43,7 @@ TEMPLATE_TEST_CASE("QLora computes deq(Q(W)) x + b + s B A x, and trains A and B
   CHECK(layer.named_buffers(false).contains("weight_packed"));
   const auto& packed = qlora.bases()[0].second->packed();
   const auto deq = TestType::dequantize(packed, at::kFloat);
-  CHECK(torch::allclose(deq, test::dequantized_by_definition(w0, small_format<TestType>()), 1e-6, 1e-6));
+  CHECK(torch::allclose(deq, test::dequantized_by_definition(w0, test::small_format<TestType>(8)), 1e-6, 1e-6));
   // Within the format's step: int8's half step of 1/127.5 of a row's largest value; NF4's widest
   // gap (-1 to -0.6962) over two, 0.152 of a block's largest, plus the scaler's rounding.
   const double step = std::is_same_v<TestType, quant::Nf4> ? 0.16 : 0.5 / 127.5 + 1e-6;
@@ -97,7 +91,7 @@ TEMPLATE_TEST_CASE("QLora's bases take <= 30% (int8) and <= 16% (NF4) of their f
 TEMPLATE_TEST_CASE("QLora merges into a float base or keeps it quantized", "[peft][qlora]", quant::Int8PerChannel,
                    quant::Nf4) {
   Net n(8);
-  peft::QLora<TestType> qlora({.r = 4, .alpha = 4, .targets = {"0", "2"}}, small_format<TestType>());
+  peft::QLora<TestType> qlora({.r = 4, .alpha = 4, .targets = {"0", "2"}}, test::small_format<TestType>(8));
   qlora.attach(*n.net);
   for (auto& [name, branch] : qlora.branches()) {
     torch::NoGradGuard no_grad;
@@ -120,7 +114,7 @@ TEMPLATE_TEST_CASE("QLora merges into a float base or keeps it quantized", "[pef
     CHECK(torch::allclose(n.net->forward(x), before, 1e-4, 1e-5));
   }
   SECTION("merge_quantized: the base holds Q(deq(Q(W)) + s B A); unmerge takes s B A back out") {
-    const auto format = small_format<TestType>();
+    const auto format = test::small_format<TestType>(8);
     const auto deq2 = TestType::dequantize(qlora.bases()[1].second->packed(), at::kFloat);
     const auto delta2 = qlora.branches()[1].second->delta();
     qlora.merge_quantized(*n.net);
@@ -149,7 +143,7 @@ TEMPLATE_TEST_CASE("QLora's layers sharing an input run as one GEMM over their b
   torch::nn::Sequential net(nn::Linear(32, 64), nn::Linear(32, 64), nn::Linear(32, 64));
   const double dropout = GENERATE(0.0, 0.1);
   peft::QLora<TestType> qlora({.r = 4, .alpha = 8, .dropout = dropout, .targets = {"0", "1", "2"}},
-                              small_format<TestType>());
+                              test::small_format<TestType>(8));
   qlora.attach(*net);
   {
     torch::NoGradGuard no_grad;  // B away from its zero start, so that A's gradient is not zero

@@ -17,6 +17,14 @@
 
 namespace ftopt::test {
 
+/// A frozen-weight format for the tests' small layers: NF4 in blocks of 64 with its scalers in
+/// blocks of `scaler_block`; int8 per channel as it is.
+template <class Format>
+Format small_format(std::int64_t scaler_block = 4) {
+  if constexpr (std::is_same_v<Format, quant::Nf4>) return quant::Nf4{.block_size = 64, .scaler_block_size = scaler_block};
+  else return Format{};
+}
+
 inline std::vector<float> values_of(const at::Tensor& t) {
   const at::Tensor c = t.to(at::kFloat).contiguous();
   return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};

@@ -24,12 +24,6 @@ using ftopt::test::values_of;
 
 namespace {
 
-/// The format under test with blocks small enough for the tests' 64-wide weights.
-template <class Format>
-Format small_format() {
-  if constexpr (std::is_same_v<Format, quant::Nf4>) return quant::Nf4{.block_size = 64, .scaler_block_size = 4};
-  else return Format{};
-}
 
 /// y against its expected value, then both backward from one random output gradient: the
 /// gradients of `inputs` (y's side) against those of `expected_inputs`, relative tolerance `rtol`.
@@ -146,7 +140,7 @@ TEST_CASE("An NF4 block size that does not divide the weight is an error naming 
 TEMPLATE_TEST_CASE("frozen_linear computes x (deq(W) [+ s B A])^T + b and dequantizes again for the input's gradient",
                    "[quant][nf4][int8]", quant::Int8PerChannel, quant::Nf4) {
   torch::manual_seed(5);
-  const auto format = small_format<TestType>();
+  const auto format = test::small_format<TestType>();
   const auto packed = format.quantize(torch::randn({32, 64}));
   const auto w = TestType::dequantize(packed, at::kFloat);
   auto bias = torch::randn({32}).requires_grad_();
@@ -187,7 +181,7 @@ TEMPLATE_TEST_CASE("frozen_linears computes packed layers on one input side by s
   // ranks 4 and 2, the middle one without (a merged branch). Expected: each layer's formula
   // x (deq(W_i) + s_i B_i A_i)^T + b_i written out on float tensors, concatenated.
   torch::manual_seed(6);
-  const auto format = small_format<TestType>();
+  const auto format = test::small_format<TestType>();
   const std::vector<std::int64_t> widths{32, 16, 32};
   std::vector<quant::PackedWeight> packed;
   std::vector<torch::Tensor> w;

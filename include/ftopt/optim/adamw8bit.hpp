@@ -41,7 +41,7 @@
 #include <torch/serialize/archive.h>
 
 #include <ftopt/detail/compat.hpp>
-#include <ftopt/optim/support/closure.hpp>
+#include <ftopt/detail/optimizer_closure.hpp>
 #include <ftopt/error.hpp>
 
 namespace ftopt::optim {

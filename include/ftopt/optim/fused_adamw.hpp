@@ -21,7 +21,7 @@
 #include <torch/optim/adamw.h>
 
 #include <ftopt/detail/compat.hpp>
-#include <ftopt/optim/support/closure.hpp>
+#include <ftopt/detail/optimizer_closure.hpp>
 
 namespace ftopt::optim {
 

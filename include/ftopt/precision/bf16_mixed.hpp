@@ -9,7 +9,7 @@
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/precision/concept.hpp>
 #include <ftopt/precision/support/unscaled.hpp>
-#include <ftopt/precision/support/device_of.hpp>
+#include <ftopt/detail/device_of.hpp>
 
 namespace ftopt::precision {
 

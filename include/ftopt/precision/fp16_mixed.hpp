@@ -12,7 +12,7 @@
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/precision/concept.hpp>
-#include <ftopt/precision/support/device_of.hpp>
+#include <ftopt/detail/device_of.hpp>
 #include <ftopt/precision/support/grad_scaler.hpp>
 
 namespace ftopt::precision {
