@@ -169,16 +169,15 @@ TEST_CASE("AdamW8bit's fused CPU pass and its ATen operations agree", "[optim][a
   torch::manual_seed(78);
   auto fused = torch::randn({32, 256}).requires_grad_(true);
   auto aten = fused.detach().clone().requires_grad_(true);
-  optim::AdamW8bit fused_optimizer({fused}, adamw_options()), aten_optimizer({aten}, adamw_options());
+  optim::AdamW8bit fused_optimizer({fused}, adamw_options()),
+      aten_optimizer({aten}, adamw_options(), optim::AdamW8bit::Kernel::Aten);
+  CHECK(fused_optimizer.kernel() == optim::AdamW8bit::Kernel::FusedCpu);  // the default
   for (int step = 0; step < 5; ++step) {
     const auto g = torch::randn({32, 256}) * (step + 1);
     fused.mutable_grad() = g.clone();
     aten.mutable_grad() = g.clone();
     fused_optimizer.step();
-    {
-      test::Switched use_aten(optim::AdamW8bit::kernel_enabled(), false);
-      aten_optimizer.step();
-    }
+    aten_optimizer.step();
     CHECK(torch::allclose(fused, aten, 1e-5, 1e-7));
   }
   // The states agree too: block maxima to rounding, codes but for values that rounding moved

@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <cstdint>
@@ -279,15 +278,21 @@ private:
 
 class AdamW8bit : public torch::optim::Optimizer {
 public:
+  /// How a quantized step runs on the CPU: one fused pass over the blocks (decay, both moments
+  /// and the update; the default), or the same step as ATen operations (what the fused pass is
+  /// tested against).
+  enum class Kernel { FusedCpu, Aten };
+
   explicit AdamW8bit(const std::vector<torch::optim::OptimizerParamGroup>& groups,
-                     torch::optim::AdamWOptions defaults = {})
-      : Optimizer(groups, std::make_unique<torch::optim::AdamWOptions>(defaults)) {
+                     torch::optim::AdamWOptions defaults = {}, Kernel kernel = Kernel::FusedCpu)
+      : Optimizer(groups, std::make_unique<torch::optim::AdamWOptions>(defaults)), kernel_(kernel) {
     check_options(defaults);
     for (const auto& group : param_groups_)
       check_options(static_cast<const torch::optim::AdamWOptions&>(group.options()));
   }
-  explicit AdamW8bit(std::vector<at::Tensor> params, torch::optim::AdamWOptions defaults = {})
-      : AdamW8bit({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
+  explicit AdamW8bit(std::vector<at::Tensor> params, torch::optim::AdamWOptions defaults = {},
+                     Kernel kernel = Kernel::FusedCpu)
+      : AdamW8bit({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults), kernel) {}
 
   torch::Tensor step(LossClosure closure = nullptr) override {
     c10::NoGradGuard no_grad;
@@ -301,12 +306,7 @@ public:
     return loss;
   }
 
-  /// The process-wide switch for the fused CPU pass (blockwise::step_cpu): on by default; off
-  /// sends every step through the ATen operations (tests compare the two).
-  static std::atomic<bool>& kernel_enabled() {
-    static std::atomic<bool> enabled{true};
-    return enabled;
-  }
+  Kernel kernel() const { return kernel_; }
 
   /// Bytes of optimizer state held now, over every parameter.
   std::int64_t state_bytes() const {
@@ -381,7 +381,7 @@ private:
     const bool in_place = p.scalar_type() == at::kFloat && p.is_contiguous();
     const double decay = 1 - lr * options.weight_decay();
     if (state.quantized() && in_place && p.is_cpu() && p.grad().scalar_type() == at::kFloat &&
-        p.grad().is_contiguous() && kernel_enabled()) {
+        p.grad().is_contiguous() && kernel_ == Kernel::FusedCpu) {
       // The fused CPU pass: decay, both moments and the update, block by block.
       blockwise::step_cpu(p.data_ptr<float>(), p.grad().data_ptr<float>(), state.exp_avg_codes().data_ptr<std::uint8_t>(),
                           state.exp_avg_absmax().data_ptr<float>(), state.exp_avg_sq_codes().data_ptr<std::uint8_t>(),
@@ -419,6 +419,8 @@ private:
   }
 
   blockwise::Maps maps_;
+
+  Kernel kernel_ = Kernel::FusedCpu;
 };
 
 } // namespace ftopt::optim
