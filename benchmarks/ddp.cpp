@@ -30,6 +30,7 @@
 #include <ftopt/parallel/nccl.hpp>
 #include <ftopt/parallel/support/launch.hpp>
 
+#include "machine.hpp"
 #include "side_by_side.hpp"
 
 namespace {
@@ -199,6 +200,7 @@ int main(int argc, char** argv) {
     if (std::string(rank) != "0") std::freopen("/dev/null", "w", stdout);
   }
   benchmark::Initialize(&argc, argv);
+  ftopt::bench::add_machine_context();  // the JSON result names its machine
   Recorder recorder;
   benchmark::RunSpecifiedBenchmarks(&recorder);
   if (rank != nullptr) {
