@@ -34,6 +34,9 @@ using TextGrid = ftopt::grid::Grid<
                       ftopt::peft::QLora<ftopt::quant::Nf4>>,
     ftopt::grid::Axis<ftopt::memory::None, ftopt::memory::Checkpoint>>;
 
+static_assert(TextGrid::valid_size<ftopt::models::Bert>() == 24 && TextGrid::valid_trainers<ftopt::models::Bert>() == 12,
+              "docs/text.md gives the text grid's size");
+
 /// The policies' settings in the text grid (text_lora's variants, QLoRA over the recipe).
 inline auto text_grid_settings() {
   using Lora = ftopt::grid::Named<ftopt::peft::Lora>;
