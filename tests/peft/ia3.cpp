@@ -218,6 +218,7 @@ TEST_CASE("Ia3 names its mistakes", "[peft][ia3][errors]") {
       {R"({"peft_type": "IA3", "target_modules": ["key"], "init_ia3_weights": false})",
        "init_ia3_weights = false (random vectors) is not supported"},
       {R"({"peft_type": "IA3"})", "key 'target_modules' not found"},
+      {R"({"peft_type": "IA3",)", "adapter_config.json: not valid JSON ("},
   };
   for (const auto& [text, message] : cases) {
     INFO(text);

@@ -175,19 +175,19 @@ struct DropoutFunction : torch::autograd::Function<DropoutFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, double p, std::int64_t seed) {
     ctx->saved_data["p"] = p;
     ctx->saved_data["seed"] = seed;
-    const at::Tensor in = x.contiguous();
-    at::Tensor out = at::empty_like(in);
-    apply_dropout_mask(in, out, static_cast<std::uint64_t>(seed), threshold(p), 1.0 / (1.0 - p));
-    return out;
+    return masked(x, p, static_cast<std::uint64_t>(seed));
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
-    const double p = ctx->saved_data["p"].toDouble();
     const auto seed = static_cast<std::uint64_t>(ctx->saved_data["seed"].toInt());
-    const at::Tensor g = grads[0].contiguous();
-    at::Tensor out = at::empty_like(g);
-    apply_dropout_mask(g, out, seed, threshold(p), 1.0 / (1.0 - p));
-    return {out, at::Tensor(), at::Tensor()};
+    return {masked(grads[0], ctx->saved_data["p"].toDouble(), seed), at::Tensor(), at::Tensor()};
+  }
+  /// t with seed's mask for p applied (the dropped elements 0, the others scaled by 1 / (1 - p)).
+  static at::Tensor masked(const at::Tensor& t, double p, std::uint64_t seed) {
+    const at::Tensor in = t.contiguous();
+    at::Tensor out = at::empty_like(in);
+    apply_dropout_mask(in, out, seed, threshold(p), 1.0 / (1.0 - p));
+    return out;
   }
   /// p * 2^32, the draws below which an element is dropped.
   static std::uint32_t threshold(double p) {

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <string>
 #include <unordered_map>
@@ -20,6 +19,7 @@
 #include <torch/nn/module.h>
 
 #include <ftopt/detail/atomic_file.hpp>
+#include <ftopt/detail/json.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/peft/files/names.hpp>
@@ -96,14 +96,7 @@ void write_adapter(const torch::nn::Module& module, const std::filesystem::path&
 /// adapter_config.json parsed, its peft_type checked against `peft_type`; `where` starts each error.
 template <class Json>
 Json read_config(const std::filesystem::path& path, const std::string& peft_type, const std::string& where) {
-  ftopt::detail::check(std::filesystem::is_regular_file(path), where, ": no such file");
-  Json config;
-  try {
-    std::ifstream in(path);
-    config = Json::parse(in);
-  } catch (const typename Json::exception& e) {
-    ftopt::detail::fail(where, ": ", e.what());
-  }
+  const Json config = ftopt::detail::read_json_file<Json>(path, where);
   const std::string found = config.is_object() ? config.value("peft_type", "") : "";
   ftopt::detail::check(found == peft_type, where, ": peft_type is '", found, "', not '", peft_type, "'");
   return config;
