@@ -55,32 +55,34 @@ void BM_ViTAttention(benchmark::State& state) {
   auto make = [] { return torch::randn({128, 4, 50, 16}, torch::requires_grad()); };
   auto q = make(), k = make(), v = make();
   auto run = [&](bool kernel) {
-    ftopt::detail::batched_matmul_enabled() = kernel;
-    auto out = ftopt::compat::scaled_dot_product_attention(q, k, v);
+    auto out = ftopt::compat::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, false, {.batched_matmul = kernel});
     torch::autograd::grad({out}, {q, k, v}, {torch::ones_like(out)});
   };
   ftopt::bench::side_by_side(state, {{"at_matmul", [&] { run(false); }}, {"ftopt", [&] { run(true); }}});
-  ftopt::detail::batched_matmul_enabled() = true;
 }
 
 /// One training step of the main job's ViT (patch 4 on 28x28: 50 tokens; d 64, 4 heads, MLP
 /// 128) on a batch of 128, layers as the state's argument.
 void BM_ViTTrainStep(benchmark::State& state) {
   at::set_num_threads(1);
-  torch::manual_seed(0);
-  ftopt::models::ViT vit({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 64, .layers = state.range(0),
-                          .heads = 4, .intermediate = 128, .num_labels = 10});
-  torch::optim::AdamW optimizer(vit->parameters(), torch::optim::AdamWOptions(1e-3));
+  const auto model = [&](bool kernel) {
+    torch::manual_seed(0);
+    return ftopt::models::ViT({.image_size = 28, .patch_size = 4, .channels = 1, .hidden = 64,
+                               .layers = state.range(0), .heads = 4, .intermediate = 128, .num_labels = 10,
+                               .kernel = {.batched_matmul = kernel}});
+  };
+  ftopt::models::ViT with_matmul = model(false), with_kernel = model(true);  // the same weights
+  torch::optim::AdamW matmul_optimizer(with_matmul->parameters(), torch::optim::AdamWOptions(1e-3));
+  torch::optim::AdamW kernel_optimizer(with_kernel->parameters(), torch::optim::AdamWOptions(1e-3));
   auto images = torch::randn({128, 1, 28, 28});
   auto labels = torch::randint(10, {128});
-  auto train_step = [&](bool kernel) {
-    ftopt::detail::batched_matmul_enabled() = kernel;
+  auto train_step = [&](ftopt::models::ViT& vit, torch::optim::AdamW& optimizer) {
     optimizer.zero_grad();
     torch::nn::functional::cross_entropy(vit->forward(images), labels).backward();
     optimizer.step();
   };
-  ftopt::bench::side_by_side(state, {{"at_matmul", [&] { train_step(false); }}, {"ftopt", [&] { train_step(true); }}});
-  ftopt::detail::batched_matmul_enabled() = true;
+  ftopt::bench::side_by_side(state, {{"at_matmul", [&] { train_step(with_matmul, matmul_optimizer); }},
+                                     {"ftopt", [&] { train_step(with_kernel, kernel_optimizer); }}});
 }
 
 } // namespace

@@ -2,14 +2,12 @@
 // run, on the ViT of benchmarks/precision.cpp (6 blocks, d 256, 4 heads, 4x4 patches of 28x28,
 // batch 128, AdamW, 2 threads), in fp32 and under Bf16Mixed; with each one's trainable share.
 // Then LoRA on every block Linear over a float, an int8 and an NF4 frozen base (peft::QLora);
-// and DoRA on every block Linear as one GEMM (nn::low_rank_linears) against PEFT's form of it
-// (the same model with that kernel switched off) and against LoRA; and the wide ranks (VeRA r 256
-// and LoRA r 64 on every block Linear) the same way; and IA3 with its feedforward targets as one
-// GEMM (nn::column_scaled_linear) against its PEFT form.
+// and DoRA on every block Linear as one GEMM (peft's adapter kernel) against PEFT's form of it
+// (the same model with KernelOptions::merged_weight off) and against LoRA; and the wide ranks (VeRA
+// r 256 and LoRA r 64 on every block Linear) the same way; and IA3 with its feedforward targets as
+// one GEMM over W diag(l) against its PEFT form.
 //
 //   build/benchmarks/bench_peft
-#include <atomic>
-#include <functional>
 
 #include <torch/torch.h>
 
@@ -67,18 +65,14 @@ void compare(benchmark::State& state) {
 void BM_Fp32(benchmark::State& state) { compare<ftopt::precision::Fp32>(state); }
 void BM_Bf16Mixed(benchmark::State& state) { compare<ftopt::precision::Bf16Mixed>(state); }
 
-/// A contender that steps `setup` with one of ftopt's kernels switched off: with
-/// nn::low_rank_linears_enabled(), PEFT's form of the same model (the base's output and the
-/// branch's as separate passes); with nn::shared_input_linears_enabled(), each layer on a shared
-/// input computed alone.
-template <class Setup>
-std::function<void()> switched_off(std::atomic<bool>& kernel, Setup& setup) {
-  return [&kernel, &setup] {
-    kernel = false;
-    setup.step();
-    kernel = true;
-  };
+/// `options` with ftopt's kernels as given (off: PEFT's form, or each layer on a shared input alone).
+template <class Options>
+Options with_kernel(Options options, ftopt::KernelOptions kernel) {
+  options.kernel = kernel;
+  return options;
 }
+constexpr ftopt::KernelOptions peft_form{.merged_weight = false};
+constexpr ftopt::KernelOptions one_by_one{.shared_input = false};
 
 /// MiB of a module's parameters and buffers.
 double model_mib(torch::nn::Module& module) {
@@ -97,14 +91,13 @@ void BM_QuantizedBaseBf16Mixed(benchmark::State& state) {
   const ftopt::peft::LoraOptions all{.r = 8, .alpha = 16, .targets = {"query", "key", "value", "dense"},
                                      .modules_to_save = {"classifier"}};
   Setup<Bf16, ftopt::peft::Lora> lora(all);
-  Setup<Bf16, ftopt::peft::QLora<ftopt::quant::Int8PerChannel>> int8(all), int8_apart(all);
-  Setup<Bf16, ftopt::peft::QLora<ftopt::quant::Nf4>> nf4(all), nf4_apart(all);
-  auto& together = ftopt::nn::shared_input_linears_enabled();
+  Setup<Bf16, ftopt::peft::QLora<ftopt::storage::Int8PerChannel>> int8(all), int8_apart(with_kernel(all, one_by_one));
+  Setup<Bf16, ftopt::peft::QLora<ftopt::storage::Nf4>> nf4(all), nf4_apart(with_kernel(all, one_by_one));
   std::vector<ftopt::bench::Contender> contenders = {{"lora", [&] { lora.step(); }},
                                                      {"int8_base", [&] { int8.step(); }},
                                                      {"nf4_base", [&] { nf4.step(); }},
-                                                     {"int8_base_one_by_one", switched_off(together, int8_apart)},
-                                                     {"nf4_base_one_by_one", switched_off(together, nf4_apart)}};
+                                                     {"int8_base_one_by_one", [&] { int8_apart.step(); }},
+                                                     {"nf4_base_one_by_one", [&] { nf4_apart.step(); }}};
   ftopt::bench::side_by_side(state, contenders, 1);
   ftopt::bench::record_peaks(state, contenders);
   const auto mib = [](std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
@@ -120,7 +113,7 @@ void BM_QuantizedBaseBf16Mixed(benchmark::State& state) {
 
 /// LoRA and DoRA, r 8 on every block Linear (the main job's rows), under Bf16Mixed: DoRA as one
 /// GEMM over its rescaled merged weight, and in PEFT's form (the base's output, the branch's, the
-/// rescaling and the sum as separate passes: nn::low_rank_linears switched off for its steps).
+/// rescaling and the sum as separate passes: KernelOptions::merged_weight off).
 void BM_DoraBf16Mixed(benchmark::State& state) {
   at::set_num_threads(ftopt::hardware::available_cpus());
   using Bf16 = ftopt::precision::Bf16Mixed;
@@ -128,18 +121,17 @@ void BM_DoraBf16Mixed(benchmark::State& state) {
                                .modules_to_save = {"classifier"}};
   Setup<Bf16, ftopt::peft::Lora> lora(all);
   all.dora = true;
-  Setup<Bf16, ftopt::peft::Lora> dora(all), dora_peft_form(all);
-  auto& kernel = ftopt::nn::low_rank_linears_enabled();  // off: PEFT's form
+  Setup<Bf16, ftopt::peft::Lora> dora(all), dora_peft_form(with_kernel(all, peft_form));
   std::vector<ftopt::bench::Contender> contenders = {{"lora", [&] { lora.step(); }},
                                                      {"dora", [&] { dora.step(); }},
-                                                     {"dora_peft_form", switched_off(kernel, dora_peft_form)}};
+                                                     {"dora_peft_form", [&] { dora_peft_form.step(); }}};
   ftopt::bench::side_by_side(state, contenders, 1);
   ftopt::bench::record_peaks(state, contenders);
 }
 
 /// Ranks wide for their layers (d 256, MLP 512): VeRA r 256 (the main job's row) and LoRA r 64
 /// (PEFT's MetaMathQA comparison) on every block Linear under Bf16Mixed, through
-/// nn::low_rank_linears and in PEFT's form (the kernel switched off), beside LoRA r 8.
+/// peft's adapter kernel and in PEFT's form (KernelOptions::merged_weight off), beside LoRA r 8.
 void BM_WideRankBf16Mixed(benchmark::State& state) {
   at::set_num_threads(ftopt::hardware::available_cpus());
   using Bf16 = ftopt::precision::Bf16Mixed;
@@ -147,22 +139,21 @@ void BM_WideRankBf16Mixed(benchmark::State& state) {
   Setup<Bf16, ftopt::peft::Lora> lora(ftopt::peft::LoraOptions{.r = 8, .alpha = 16, .targets = every,
                                                                .modules_to_save = {"classifier"}});
   const ftopt::peft::LoraOptions wide{.r = 64, .alpha = 128, .targets = every, .modules_to_save = {"classifier"}};
-  Setup<Bf16, ftopt::peft::Lora> lora64(wide), lora64_peft_form(wide);
+  Setup<Bf16, ftopt::peft::Lora> lora64(wide), lora64_peft_form(with_kernel(wide, peft_form));
   const ftopt::peft::VeraOptions vera_options{.r = 256, .targets = every, .modules_to_save = {"classifier"}};
-  Setup<Bf16, ftopt::peft::Vera> vera(vera_options), vera_peft_form(vera_options);
-  auto& kernel = ftopt::nn::low_rank_linears_enabled();  // off: PEFT's form
+  Setup<Bf16, ftopt::peft::Vera> vera(vera_options), vera_peft_form(with_kernel(vera_options, peft_form));
   std::vector<ftopt::bench::Contender> contenders = {{"lora_r8", [&] { lora.step(); }},
                                                      {"lora_r64", [&] { lora64.step(); }},
-                                                     {"lora_r64_peft_form", switched_off(kernel, lora64_peft_form)},
+                                                     {"lora_r64_peft_form", [&] { lora64_peft_form.step(); }},
                                                      {"vera_r256", [&] { vera.step(); }},
-                                                     {"vera_r256_peft_form", switched_off(kernel, vera_peft_form)}};
+                                                     {"vera_r256_peft_form", [&] { vera_peft_form.step(); }}};
   ftopt::bench::side_by_side(state, contenders, 1);
   ftopt::bench::record_peaks(state, contenders);
 }
 
 /// IA3 on keys, values and the MLP's intermediate activations (the main job's row) under
-/// Bf16Mixed, its feedforward targets as one GEMM over W diag(l) (nn::column_scaled_linear) and
-/// in PEFT's form (the kernel switched off), beside LoRA r 8 on every block Linear.
+/// Bf16Mixed, its feedforward targets as one GEMM over W diag(l) (peft's adapter kernel) and in
+/// PEFT's form (KernelOptions::merged_weight off), beside LoRA r 8 on every block Linear.
 void BM_Ia3Bf16Mixed(benchmark::State& state) {
   at::set_num_threads(ftopt::hardware::available_cpus());
   using Bf16 = ftopt::precision::Bf16Mixed;
@@ -172,11 +163,10 @@ void BM_Ia3Bf16Mixed(benchmark::State& state) {
   const ftopt::nn::NamePattern mlp_output = ftopt::nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)");
   const ftopt::peft::Ia3Options ia3_options{.targets = {"key", "value", mlp_output}, .feedforward = {mlp_output},
                                            .modules_to_save = {"classifier"}};
-  Setup<Bf16, ftopt::peft::Ia3> ia3(ia3_options), ia3_peft_form(ia3_options);
-  auto& kernel = ftopt::nn::low_rank_linears_enabled();  // off: PEFT's form
+  Setup<Bf16, ftopt::peft::Ia3> ia3(ia3_options), ia3_peft_form(with_kernel(ia3_options, peft_form));
   std::vector<ftopt::bench::Contender> contenders = {{"lora_r8", [&] { lora.step(); }},
                                                      {"ia3", [&] { ia3.step(); }},
-                                                     {"ia3_peft_form", switched_off(kernel, ia3_peft_form)}};
+                                                     {"ia3_peft_form", [&] { ia3_peft_form.step(); }}};
   ftopt::bench::side_by_side(state, contenders, 1);
   ftopt::bench::record_peaks(state, contenders);
 }

@@ -2,11 +2,11 @@
 // training step (the d-256 ViT of bench_python_peer: 6 blocks, 4 heads, MLP 1024, 50 tokens,
 // batch 128, AdamW, all CPUs) with everything on, then with one choice turned back to what
 // Python does: ATen's fused SDPA kernel instead of the written-out attention
-// (compat::AttentionKernel), query, key and value as three GEMMs instead of one
-// (nn::shared_input_linears_enabled), and for LoRA the branches added layer by layer instead of
-// one GEMM over the merged weight (nn::low_rank_linears_enabled); LoRA also on the main job's ViT
-// (d 128, 4 blocks, MLP 512) with every Linear of the blocks adapted. Twin models with the same
-// weights; the switches are process-wide and set before each contender's step. Counters: medians
+// (KernelOptions::attention), query, key and value as three GEMMs instead of one
+// (KernelOptions::shared_input, of the model and of LoRA), and for LoRA the branches added layer by
+// layer instead of one GEMM over the merged weight (KernelOptions::merged_weight); LoRA also on the
+// main job's ViT (d 128, 4 blocks, MLP 512) with every Linear of the blocks adapted. Twin models
+// with the same weights, each built with its choices (ftopt::KernelOptions). Counters: medians
 // (µs) and ratios to "ftopt".
 //
 //   build/benchmarks/bench_step_parts
@@ -24,27 +24,38 @@ namespace {
 
 /// ftopt's choices, each on (as shipped) or turned back to what Python does.
 struct Choices {
-  ftopt::compat::AttentionKernel attention = ftopt::compat::AttentionKernel::Auto;
+  ftopt::AttentionKernel attention = ftopt::AttentionKernel::Auto;
   bool shared_qkv = true;
   bool low_rank = true;
 };
 
+/// The choices as kernel options, of the model and of a LoRA policy.
+ftopt::KernelOptions kernel_options(const Choices& choices) {
+  return {.merged_weight = choices.low_rank, .shared_input = choices.shared_qkv, .attention = choices.attention};
+}
+template <class Peft>
+Peft with_choices(Peft peft, const Choices& choices) {
+  if constexpr (std::is_same_v<Peft, ftopt::peft::Lora>) {
+    auto options = peft.options();
+    options.kernel = kernel_options(choices);
+    return ftopt::peft::Lora(options);
+  } else {
+    return peft;
+  }
+}
+ftopt::models::ViTOptions with_choices(ftopt::models::ViTOptions vit, const Choices& choices) {
+  vit.kernel = kernel_options(choices);
+  return vit;
+}
+
 template <class Precision, class Peft>
 struct Setup {
-  Setup(Peft peft, const ftopt::models::ViTOptions& vit)
-      : model((torch::manual_seed(0), ftopt::models::ViT(vit))),
-        trainer({.device = torch::kCPU, .report_hardware = false}, {}, std::move(peft)),
+  Setup(Peft peft, const ftopt::models::ViTOptions& vit, Choices choices = {})
+      : model((torch::manual_seed(0), ftopt::models::ViT(with_choices(vit, choices)))),
+        trainer({.device = torch::kCPU, .report_hardware = false}, {}, with_choices(std::move(peft), choices)),
         optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4)),
         batch{torch::randn({128, 1, 28, 28}), torch::randint(0, vit.num_labels, {128})} {}
-  void step(Choices choices) {
-    ftopt::compat::attention_kernel() = choices.attention;
-    ftopt::nn::shared_input_linears_enabled() = choices.shared_qkv;
-    ftopt::nn::low_rank_linears_enabled() = choices.low_rank;
-    trainer.train_step(model, optimizer, batch);
-    ftopt::compat::attention_kernel() = ftopt::compat::AttentionKernel::Auto;
-    ftopt::nn::shared_input_linears_enabled() = true;
-    ftopt::nn::low_rank_linears_enabled() = true;
-  }
+  void step() { trainer.train_step(model, optimizer, batch); }
   ftopt::models::ViT model;
   ftopt::Trainer<Precision, Peft> trainer;
   torch::optim::AdamW optimizer;
@@ -55,12 +66,13 @@ template <class Precision, class Peft>
 void compare(benchmark::State& state, const Peft& peft, const ftopt::models::ViTOptions& vit = ftopt::bench::vit_d256) {
   at::set_num_threads(ftopt::hardware::available_cpus());
   constexpr bool lora = std::is_same_v<Peft, ftopt::peft::Lora>;
-  Setup<Precision, Peft> all(peft, vit), fused_sdpa(peft, vit), separate(peft, vit), layer_by_layer(peft, vit);
+  Setup<Precision, Peft> all(peft, vit), fused_sdpa(peft, vit, {.attention = ftopt::AttentionKernel::Fused}),
+      separate(peft, vit, {.shared_qkv = false}), layer_by_layer(peft, vit, {.low_rank = false});
   std::vector<ftopt::bench::Contender> contenders = {
-      {"ftopt", [&] { all.step({}); }},
-      {"fused_sdpa", [&] { fused_sdpa.step({.attention = ftopt::compat::AttentionKernel::Fused}); }},
-      {"separate_qkv", [&] { separate.step({.shared_qkv = false}); }}};
-  if (lora) contenders.push_back({"lora_layer_by_layer", [&] { layer_by_layer.step({.low_rank = false}); }});
+      {"ftopt", [&] { all.step(); }},
+      {"fused_sdpa", [&] { fused_sdpa.step(); }},
+      {"separate_qkv", [&] { separate.step(); }}};
+  if (lora) contenders.push_back({"lora_layer_by_layer", [&] { layer_by_layer.step(); }});
   ftopt::bench::side_by_side(state, contenders, 1);
 }
 

@@ -24,6 +24,8 @@
 #include <ftopt/batch.hpp>
 #include <ftopt/hardware.hpp>
 #include <ftopt/detail/compat.hpp>
+#include <ftopt/detail/autograd.hpp>
+#include <ftopt/kernel_options.hpp>
 
 // The Trainer: its core, its settings, what it reports, and the homes of its parts.
 #include <ftopt/trainer.hpp>
@@ -69,6 +71,11 @@
 #include <ftopt/peft/ia3.hpp>
 #include <ftopt/peft/vera.hpp>
 #include <ftopt/peft/qlora.hpp>
+#include <ftopt/peft/kernel/adapter_linears.hpp>
+#include <ftopt/peft/kernel/adapted.hpp>
+#include <ftopt/storage/packed.hpp>
+#include <ftopt/storage/int8_per_channel.hpp>
+#include <ftopt/storage/nf4.hpp>
 #include <ftopt/peft/support/lora_branch.hpp>
 #include <ftopt/peft/support/targets.hpp>
 #include <ftopt/peft/support/report.hpp>
@@ -101,7 +108,6 @@
 #include <ftopt/quant/support/layers.hpp>
 #include <ftopt/quant/support/observer.hpp>
 #include <ftopt/quant/support/report.hpp>
-#include <ftopt/quant/support/frozen_weight.hpp>
 #include <ftopt/quant/files/int8.hpp>
 
 // The layers the policies extend, and the reference models built from them.
@@ -112,8 +118,6 @@
 #include <ftopt/nn/init.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/nn/shared_input_linears.hpp>
-#include <ftopt/nn/low_rank_linears.hpp>
-#include <ftopt/nn/column_scaled_linear.hpp>
 #include <ftopt/nn/attention_prefix.hpp>
 #include <ftopt/nn/chunked_attention.hpp>
 #include <ftopt/nn/checkpoint.hpp>

@@ -30,16 +30,6 @@ namespace ftopt::test {
 /// after it. Only tests named "CUDA: ..." may skip in CI (scripts/test.sh checks).
 inline void skip(const std::string& why) { WARN("SKIPPED: " << why); }
 
-/// Sets a process-wide switch (nn::low_rank_linears_enabled() and its kind) for a scope and
-/// restores it after, whether the scope ends normally or by a failed REQUIRE.
-template <class Switch>
-struct Switched {
-  Switch& flag;
-  bool was;
-  Switched(Switch& flag, bool value) : flag(flag), was(flag.load()) { flag = value; }
-  ~Switched() { flag = was; }
-};
-
 /// The outputs, then the gradients of `x` and of every parameter of `module` that trains, after a
 /// backward of sum(out_i * g_i) with fixed random g_i (seed 3). A gradient the outputs do not
 /// reach (a merged LoRA branch's) reads as a scalar zero.

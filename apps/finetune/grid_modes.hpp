@@ -25,8 +25,8 @@ namespace grid = ftopt::grid;
 using MainGrid = grid::Grid<grid::Axis<ftopt::precision::Fp32, ftopt::precision::Bf16Mixed>,
                             grid::Axis<ftopt::peft::Full,
                                        grid::Variants<ftopt::peft::Lora, "lora", "rslora", "dora", "pissa", "loraplus">,
-                                       ftopt::peft::QLora<ftopt::quant::Int8PerChannel>,
-                                       ftopt::peft::QLora<ftopt::quant::Nf4>, ftopt::peft::Adapter,
+                                       ftopt::peft::QLora<ftopt::storage::Int8PerChannel>,
+                                       ftopt::peft::QLora<ftopt::storage::Nf4>, ftopt::peft::Adapter,
                                        ftopt::peft::Ia3, ftopt::peft::Vera>,
                             grid::Axis<ftopt::memory::None, ftopt::memory::Checkpoint>,
                             grid::Axis<ftopt::parallel::Single>,
@@ -40,7 +40,7 @@ inline auto grid_settings(const ftopt::models::ViTOptions& vit) {
   using Lora = grid::Named<ftopt::peft::Lora>;
   return grid::Settings(vit_lora(), Lora{"rslora", vit_lora_variant("rslora")}, Lora{"dora", vit_lora_variant("dora")},
                         Lora{"pissa", vit_lora_variant("pissa")}, Lora{"loraplus", vit_lora_variant("loraplus")},
-                        vit_qlora<ftopt::quant::Int8PerChannel>(vit), vit_qlora<ftopt::quant::Nf4>(vit),
+                        vit_qlora<ftopt::storage::Int8PerChannel>(vit), vit_qlora<ftopt::storage::Nf4>(vit),
                         ftopt::peft::Adapter({.modules_to_save = {"classifier"}}), vit_ia3(), vit_vera());
 }
 

@@ -201,7 +201,7 @@ inline const std::vector<std::pair<std::string, std::string>> lora_variants{
 template <class Format>
 ftopt::peft::QLora<Format> vit_qlora(const ftopt::models::ViTOptions& vit) {
   Format format{};
-  if constexpr (std::is_same_v<Format, ftopt::quant::Nf4>)
+  if constexpr (std::is_same_v<Format, ftopt::storage::Nf4>)
     format.scaler_block_size = std::gcd<std::int64_t>(256, std::max<std::int64_t>(1, vit.hidden * vit.hidden / format.block_size));
   return ftopt::peft::QLora<Format>(vit_lora().options(), format);
 }
@@ -283,8 +283,8 @@ void best_rows(const std::string& precision, std::vector<Row>& rows, Fresh fresh
                            ftopt::Trainer<Precision, ftopt::peft::QLora<Format>>(options, {}, qlora),
                            model, train_set, test_set, 3 * lr, Loading::Pipeline));
     };
-    quantized_base.template operator()<ftopt::quant::Int8PerChannel>("quant::Int8PerChannel");
-    quantized_base.template operator()<ftopt::quant::Nf4>("quant::Nf4");
+    quantized_base.template operator()<ftopt::storage::Int8PerChannel>("storage::Int8PerChannel");
+    quantized_base.template operator()<ftopt::storage::Nf4>("storage::Nf4");
   } else {
     // LoRA on every convolution of the residual blocks (PEFT's Conv2d LoRA) with a new head.
     {

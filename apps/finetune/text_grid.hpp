@@ -31,7 +31,7 @@ namespace finetune {
 using TextGrid = ftopt::grid::Grid<
     ftopt::grid::Axis<ftopt::precision::Fp32, ftopt::precision::Bf16Mixed>,
     ftopt::grid::Axis<ftopt::peft::Full, ftopt::grid::Variants<ftopt::peft::Lora, "lora", "rslora", "dora", "loraplus">,
-                      ftopt::peft::QLora<ftopt::quant::Nf4>>,
+                      ftopt::peft::QLora<ftopt::storage::Nf4>>,
     ftopt::grid::Axis<ftopt::memory::None, ftopt::memory::Checkpoint>>;
 
 static_assert(TextGrid::valid_size<ftopt::models::Bert>() == 24 && TextGrid::valid_trainers<ftopt::models::Bert>() == 12,

@@ -120,8 +120,8 @@ inline ftopt::peft::Lora text_lora(const std::string& name) {
 }
 
 /// QLoRA: the recipe's adapters over a frozen NF4 base.
-inline ftopt::peft::QLora<ftopt::quant::Nf4> text_qlora() {
-  return ftopt::peft::QLora<ftopt::quant::Nf4>(text_lora("lora").options(), ftopt::quant::Nf4{});
+inline ftopt::peft::QLora<ftopt::storage::Nf4> text_qlora() {
+  return ftopt::peft::QLora<ftopt::storage::Nf4>(text_lora("lora").options(), ftopt::storage::Nf4{});
 }
 
 /// The task's Trainer options: --epochs, gradients clipped at 1, a tenth of the steps warming up
@@ -167,8 +167,8 @@ inline int run_text_rows(const Options& args, const TextTask& task, const ftopt:
                               ftopt::Trainer<Precision, Lora>(options, {}, text_lora("dora")), task, 10 * lr));
     rows.push_back(train_text(precision + " + peft::Lora + LoRA+ (B's lr x 16)",
                               ftopt::Trainer<Precision, Lora>(options, {}, text_lora("loraplus")), task, 10 * lr));
-    using QLora = ftopt::peft::QLora<ftopt::quant::Nf4>;
-    rows.push_back(train_text(precision + " + peft::QLora<quant::Nf4> (r 8, query and value, head)",
+    using QLora = ftopt::peft::QLora<ftopt::storage::Nf4>;
+    rows.push_back(train_text(precision + " + peft::QLora<storage::Nf4> (r 8, query and value, head)",
                               ftopt::Trainer<Precision, QLora>(options, {}, text_qlora()), task, 10 * lr));
   };
   if (bf16) policy_rows.template operator()<ftopt::precision::Bf16Mixed>("Bf16Mixed");

@@ -97,7 +97,7 @@ public:
     trainable_ = peft_.trainable_parameters(module);
     detail::check(!trainable_.empty(), "Trainer::prepare: the model has no trainable parameters (",
                   module.parameters().size(), " parameters, none requires grad)");
-    parallel_.setup(module, trainable_);
+    parallel::setup(parallel_, peft_, module, trainable_);
     stepping_.attach(memory_, trainable_);
     prepared_ = &module;
     return trainable_;

@@ -5,7 +5,7 @@
 #include <ftopt/trainer.hpp>
 
 int main() {
-  ftopt::Trainer<ftopt::precision::Fp32, ftopt::peft::QLora<ftopt::quant::Nf4>, ftopt::memory::None,
+  ftopt::Trainer<ftopt::precision::Fp32, ftopt::peft::QLora<ftopt::storage::Nf4>, ftopt::memory::None,
                  ftopt::parallel::Single, ftopt::quant::Qat>
       trainer;
   (void)trainer;

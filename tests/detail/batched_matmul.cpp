@@ -45,12 +45,10 @@ TEST_CASE("batched_matmul takes small float32 CPU products and leaves the rest t
   CHECK_FALSE(batched_matmul_applies(a[0], b[0]));                                 // a plain matrix product
   CHECK_FALSE(batched_matmul_applies(torch::randn({2, 129, 4}), torch::randn({2, 4, 4})));  // a size > 128
   CHECK_FALSE(batched_matmul_applies(torch::randn({2, 64, 32}), torch::randn({2, 32, 64})));  // m k n > 2^16
-  ftopt::detail::batched_matmul_enabled() = false;
-  CHECK_FALSE(batched_matmul_applies(a, b));  // switched off
-  ftopt::detail::batched_matmul_enabled() = true;
-  // What it does not take still gives at::matmul's product.
+  // What it does not take, or is told not to, still gives at::matmul's product.
   auto ad = a.to(torch::kDouble), bd = b.to(torch::kDouble);
   CHECK(torch::equal(batched_matmul(ad, bd), at::matmul(ad, bd)));
+  CHECK(torch::equal(batched_matmul(a, b, /*use_kernel=*/false), at::matmul(a, b)));
 }
 
 TEST_CASE("batched_matmul's products and gradients are at::matmul's", "[detail][batched_matmul]") {

@@ -77,21 +77,14 @@ TEST_CASE("scaled_dot_product_attention is softmax(q k^T / sqrt(d) + mask) v", "
 // checks against attention computed by hand).
 #if FTOPT_TORCH_AT_LEAST(2, 0)
 namespace {
-/// Restores the process-wide attention kernel switch when a test ends.
-struct KernelSwitch {
-  explicit KernelSwitch(ftopt::compat::AttentionKernel k) : was(ftopt::compat::attention_kernel().exchange(k)) {}
-  ~KernelSwitch() { ftopt::compat::attention_kernel() = was; }
-  ftopt::compat::AttentionKernel was;
-};
-
 /// Output and input gradients of attention under one kernel, for the same inputs and output gradient.
 std::vector<torch::Tensor> attention_with(ftopt::compat::AttentionKernel kernel, const std::vector<torch::Tensor>& qkv,
                                           const torch::Tensor& grad, const std::optional<torch::Tensor>& mask,
                                           bool causal) {
-  KernelSwitch use(kernel);
   std::vector<torch::Tensor> leaves;
   for (const auto& t : qkv) leaves.push_back(t.detach().clone().requires_grad_(true));
-  auto out = ftopt::compat::scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], mask, 0.0, causal);
+  auto out = ftopt::compat::scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], mask, 0.0, causal,
+                                                         {.attention = kernel});
   out.backward(grad);
   return {out.detach(), leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
 }

@@ -84,11 +84,11 @@ TEST_CASE("shared_input_linears is each Linear's own forward, values and gradien
 }
 
 TEST_CASE("shared_input_linears adds unmerged LoRA branches and gives their gradients", "[nn][shared_input_linears]") {
-  // The additive path: with the low-rank kernel on, these branches take it (low_rank_linears.cpp).
-  ftopt::test::Switched additive(ftopt::nn::low_rank_linears_enabled(), false);
+  // The additive path: with the merged-weight kernel on, these branches take it
+  // (peft/kernel/adapted.cpp); off, the stacked bases' GEMM plus each branch.
   torch::manual_seed(2);
   Projections m;
-  ftopt::peft::Lora lora({.r = 4, .alpha = 8, .targets = {"query", "value"}});
+  ftopt::peft::Lora lora({.r = 4, .alpha = 8, .targets = {"query", "value"}, .kernel = {.merged_weight = false}});
   lora.attach(m);
   {
     torch::NoGradGuard no_grad;
@@ -130,7 +130,7 @@ TEST_CASE("shared_input_linears runs layer by layer what it cannot fuse", "[nn][
         ++calls;
         return layer.base_forward(input);
       }
-      bool changes_forward() const override { return false; }
+      ftopt::nn::Effect effect() const override { return ftopt::nn::Effect::observes; }
       int calls = 0;
     };
     Projections m;

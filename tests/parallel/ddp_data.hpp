@@ -52,7 +52,7 @@ inline std::unique_ptr<torch::optim::SGD> optimizer(const std::vector<torch::Ten
 inline peft::Lora lora() { return peft::Lora({.r = 2, .alpha = 4, .targets = {"0", "4"}}); }
 
 /// The same over a base held in int8 per channel.
-inline peft::QLora<quant::Int8PerChannel> qlora() { return {lora().options()}; }
+inline peft::QLora<storage::Int8PerChannel> qlora() { return {lora().options()}; }
 
 /// A BERT of 2 layers, width 16, 3 labels, mean pooling. Dropout is 0: a rank's masks over its
 /// half-batch are not the single process's over the whole batch.

@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
     // qlora CASE FORMAT (int8 or nf4): qlora_case
     {"qlora", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 2) throw std::runtime_error("qlora needs CASE FORMAT");
-       if (args[1] == "int8") qlora_case(args[0], quant::Int8PerChannel{}, work);
-       else qlora_case(args[0], quant::Nf4{.block_size = 64, .scaler_block_size = 4}, work);  // 32 x 32: 16 blocks
+       if (args[1] == "int8") qlora_case(args[0], storage::Int8PerChannel{}, work);
+       else qlora_case(args[0], storage::Nf4{.block_size = 64, .scaler_block_size = 4}, work);  // 32 x 32: 16 blocks
      }},
     // save CASE R ALPHA BIAS RSLORA MODULES_TO_SAVE DORA INIT (0/1, a name or "-", 0/1, true or
     // an init_lora_weights name): a Lora on the base with every trainable tensor set to non-zero

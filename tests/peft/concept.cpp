@@ -17,10 +17,10 @@ template <class P>
 P peft_law_policy() {
   if constexpr (std::is_same_v<P, peft::Freeze>) return peft::Freeze{.train = {"classifier"}};
   else if constexpr (std::is_same_v<P, peft::Lora>) return peft::Lora({.r = 4, .alpha = 8, .targets = {"query", "value"}});
-  else if constexpr (std::is_same_v<P, peft::QLora<quant::Int8PerChannel>>)
+  else if constexpr (std::is_same_v<P, peft::QLora<storage::Int8PerChannel>>)
     return P({.r = 4, .alpha = 8, .targets = {"query", "value"}});
-  else if constexpr (std::is_same_v<P, peft::QLora<quant::Nf4>>)  // 16 x 16 weights: 4 blocks of 64
-    return P({.r = 4, .alpha = 8, .targets = {"query", "value"}}, quant::Nf4{.block_size = 64, .scaler_block_size = 4});
+  else if constexpr (std::is_same_v<P, peft::QLora<storage::Nf4>>)  // 16 x 16 weights: 4 blocks of 64
+    return P({.r = 4, .alpha = 8, .targets = {"query", "value"}}, storage::Nf4{.block_size = 64, .scaler_block_size = 4});
   else if constexpr (std::is_same_v<P, peft::Adapter>) return peft::Adapter({.reduction_factor = 4});
   else if constexpr (std::is_same_v<P, peft::Prefix>) return peft::Prefix({.num_virtual_tokens = 3});
   else if constexpr (std::is_same_v<P, peft::Ia3>) return peft::Ia3({.targets = {"key", "value"}});
@@ -38,7 +38,7 @@ test::Batches peft_law_batches() {
 } // namespace
 
 TEMPLATE_TEST_CASE("Every Peft policy keeps the Peft laws", "[peft][laws]", peft::Full, peft::Freeze, peft::Lora,
-                   peft::QLora<quant::Int8PerChannel>, peft::QLora<quant::Nf4>, peft::Adapter, peft::Prefix, peft::Ia3, peft::Vera) {
+                   peft::QLora<storage::Int8PerChannel>, peft::QLora<storage::Nf4>, peft::Adapter, peft::Prefix, peft::Ia3, peft::Vera) {
   STATIC_REQUIRE(peft::Policy<TestType>);
   auto model = test::tiny_vit(40);
   const auto batches = peft_law_batches();

@@ -92,10 +92,9 @@ TEST_CASE("IA3 under bf16 autocast returns the layer's dtype, as PEFT's does", "
   const auto y = net->forward(x);
   CHECK(y.scalar_type() == torch::kBFloat16);
   const auto want = torch::linear((hidden * l1.flatten()).to(torch::kBFloat16), second->weight, second->bias);
-  {
-    test::Switched peft_form(nn::low_rank_linears_enabled(), false);
-    CHECK(torch::equal(net->forward(x), want));
-  }
+  peft::set_kernel(*net, {.merged_weight = false});  // PEFT's form
+  CHECK(torch::equal(net->forward(x), want));
+  peft::set_kernel(*net, {});
   // As one GEMM over W diag(l) (the next test): the same up to bf16's rounding.
   CHECK(torch::allclose(y.to(torch::kFloat), want.to(torch::kFloat), 2e-2, 2e-2));
   y.to(torch::kFloat).sum().backward();  // the vectors' gradients in their own dtype
@@ -106,7 +105,7 @@ TEST_CASE("IA3 under bf16 autocast returns the layer's dtype, as PEFT's does", "
 TEST_CASE("IA3's feedforward target as one GEMM: PEFT's gradients, its output to the compute dtype's rounding",
           "[peft][ia3]") {
   // PEFT computes W ((x * l).to(x dtype)) + b; on a frozen layer ftopt computes x (W diag(l))^T + b
-  // (nn::column_scaled_linear) and the gradients g = dy W, dx = g * l, dl = sum of g * x. Here
+  // (peft's adapter kernel) and the gradients g = dy W, dx = g * l, dl = sum of g * x. Here
   // PEFT's form is written out on leaves of its own, in fp32 and under bf16 autocast, on a batch
   // of vectors and of token sequences.
   const bool autocast = GENERATE(false, true);
@@ -127,7 +126,7 @@ TEST_CASE("IA3's feedforward target as one GEMM: PEFT's gradients, its output to
   if (autocast) scope.emplace(torch::kCPU, torch::kBFloat16, true);
   const auto y = second.forward(h);
   REQUIRE(y.grad_fn());
-  CHECK(y.grad_fn()->name().find("ColumnScaledLinear") != std::string::npos);  // the kernel ran
+  CHECK(y.grad_fn()->name().find("AdapterLinearsFunction") != std::string::npos);  // the kernel ran
   const auto y_peft = torch::linear((h_peft.to(torch::kFloat) * l_peft).to(dtype), second.weight, second.bias);
   REQUIRE(y.scalar_type() == y_peft.scalar_type());
   // bf16 keeps 8 bits: W diag(l) rounded instead of x * l moves an output by a few of its ulps.

@@ -73,7 +73,7 @@ TEST_CASE("VeRA shares one A and B across layers of two shapes and trains d and 
   // The layer-by-layer branch and the low-rank GEMM give the formula's outputs and gradients.
   std::vector<std::vector<torch::Tensor>> runs;
   for (bool low_rank : {false, true}) {
-    test::Switched use(nn::low_rank_linears_enabled(), low_rank);
+    peft::set_kernel(*net, {.merged_weight = low_rank});
     INFO("low-rank GEMM " << low_rank);
     for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
     auto input = x.clone().requires_grad_(true);

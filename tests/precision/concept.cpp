@@ -57,7 +57,7 @@ constexpr double gradient_tolerance() {
 }
 
 /// Every precision policy this build runs on the CPU: LibTorch 1.13 has no fp16 autocast there
-/// (Fp16Mixed is refused, as precision/mixed.cpp checks), so its suite leaves Fp16Mixed out.
+/// (Fp16Mixed is refused, as precision/fp16_mixed.cpp checks), so its suite leaves Fp16Mixed out.
 using CpuPrecisionPolicies =
     std::conditional_t<compat::cpu_fp16_autocast,
                        std::tuple<precision::Fp32, precision::Bf16Mixed, precision::Bf16True, precision::Fp16Mixed>,

@@ -17,7 +17,6 @@
 /// autograd function, so double backward works too.
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include <ATen/ATen.h>
@@ -39,13 +38,6 @@ namespace ftopt::detail {
 inline constexpr std::int64_t batched_matmul_max_size = 128;
 inline constexpr std::int64_t batched_matmul_max_work = 1 << 16;
 
-/// The process-wide switch: on by default; off sends every product to at::matmul (for side-by-side
-/// benchmarks, and to rule the kernel out when chasing a numerical difference).
-inline std::atomic<bool>& batched_matmul_enabled() {
-  static std::atomic<bool> enabled{true};
-  return enabled;
-}
-
 /// Whether this CPU runs the AVX2/FMA kernel (checked once).
 inline bool batched_matmul_kernel_available() {
 #if FTOPT_BATCHED_MATMUL_AVX2
@@ -56,11 +48,11 @@ inline bool batched_matmul_kernel_available() {
 #endif
 }
 
-/// Whether batched_matmul(a, b) takes the small-matrix kernel rather than at::matmul: the switch
-/// on, float32 CPU tensors of the same rank >= 3 with equal batch dims, inner sizes that match,
+/// Whether batched_matmul(a, b) takes the small-matrix kernel rather than at::matmul: the kernel
+/// available on this CPU, float32 CPU tensors of the same rank >= 3 with equal batch dims, inner sizes that match,
 /// every matrix size at most batched_matmul_max_size and m k n at most batched_matmul_max_work.
 inline bool batched_matmul_applies(const at::Tensor& a, const at::Tensor& b) {
-  if (!batched_matmul_kernel_available() || !batched_matmul_enabled()) return false;
+  if (!batched_matmul_kernel_available()) return false;
   if (a.dim() < 3 || a.dim() != b.dim() || !a.device().is_cpu() || !b.device().is_cpu()) return false;
   if (a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat) return false;
   if (a.sizes().slice(0, a.dim() - 2) != b.sizes().slice(0, b.dim() - 2)) return false;
@@ -197,9 +189,10 @@ struct Function : torch::autograd::Function<Function> {
 } // namespace batched_matmul_kernel
 
 /// a [..., m, k] times b [..., k, n], as at::matmul; small float32 CPU matrices go through the
-/// AVX2/FMA kernel above (batched_matmul_applies), everything else through at::matmul.
-inline at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b) {
-  if (!batched_matmul_applies(a, b)) return at::matmul(a, b);
+/// AVX2/FMA kernel above (batched_matmul_applies) unless `use_kernel` is false
+/// (KernelOptions::batched_matmul), everything else through at::matmul.
+inline at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b, bool use_kernel = true) {
+  if (!use_kernel || !batched_matmul_applies(a, b)) return at::matmul(a, b);
   return batched_matmul_kernel::Function::apply(a, b);
 }
 

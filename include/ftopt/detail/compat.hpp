@@ -5,7 +5,6 @@
 ///   ftopt::compat::AutocastScope scope(torch::kCPU, torch::kBFloat16);   // like torch.autocast
 ///   auto out = ftopt::compat::scaled_dot_product_attention(q, k, v);
 
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -20,6 +19,7 @@
 #include <torch/version.h>
 
 #include <ftopt/detail/batched_matmul.hpp>
+#include <ftopt/kernel_options.hpp>
 #include <ftopt/nn/dropout.hpp>
 
 #define FTOPT_TORCH_AT_LEAST(major, minor) \
@@ -140,16 +140,8 @@ private:
   at::ScalarType was_dtype_;
 };
 
-/// Which kernel compat::scaled_dot_product_attention uses on LibTorch 2.x. Auto chooses by
-/// device, dtype and length (attention_written_out_pays); Fused always calls
-/// at::scaled_dot_product_attention; WrittenOut always uses the math written out. A
-/// process-wide switch, for side-by-side benchmarks and parity tests; 1.13 always writes it out.
-enum class AttentionKernel { Auto, Fused, WrittenOut };
-
-inline std::atomic<AttentionKernel>& attention_kernel() {
-  static std::atomic<AttentionKernel> kernel{AttentionKernel::Auto};
-  return kernel;
-}
+/// ftopt::AttentionKernel, where compat's attention reads it (KernelOptions::attention).
+using AttentionKernel = ftopt::AttentionKernel;
 
 /// Whether, under AttentionKernel::Auto, the written-out math beats ATen's fused CPU kernel
 /// (flash attention) for these shapes. Measured on LibTorch 2.11: for bf16 and fp16 the fused CPU
@@ -169,11 +161,12 @@ inline bool attention_written_out_pays(const at::Tensor& q, const at::Tensor& k)
 /// products through batched_matmul for small float32 matrices. For bf16 and fp16 scores the
 /// softmax computes in float32: on LibTorch 2.x ATen's own softmax and its backward do (they
 /// accumulate reduced floats in float and round once), on 1.13 it is an explicit fp32 island.
+/// `batched_matmul`: the small products through detail::batched_matmul (KernelOptions).
 inline at::Tensor attention_written_out(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         const std::optional<at::Tensor>& mask, double dropout_p,
-                                        bool is_causal) {
+                                        bool is_causal, bool batched_matmul = true) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  at::Tensor scores = ftopt::detail::batched_matmul(q, k.transpose(-2, -1)).mul(scale);
+  at::Tensor scores = ftopt::detail::batched_matmul(q, k.transpose(-2, -1), batched_matmul).mul(scale);
   if (is_causal) {
     auto allowed = at::ones({q.size(-2), k.size(-2)}, q.options().dtype(at::kBool)).tril();
     scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
@@ -191,7 +184,7 @@ inline at::Tensor attention_written_out(const at::Tensor& q, const at::Tensor& k
   at::Tensor weights = low ? at::softmax(scores, -1, at::kFloat).to(scores.scalar_type()) : at::softmax(scores, -1);
 #endif
   if (dropout_p > 0.0) weights = ftopt::nn::dropout(weights, dropout_p, /*training=*/true);
-  return ftopt::detail::batched_matmul(weights, v);
+  return ftopt::detail::batched_matmul(weights, v, batched_matmul);
 }
 
 /// softmax(q k^T / sqrt(d) + mask) v over the last two dims, with optional causal masking and
@@ -200,18 +193,18 @@ inline at::Tensor attention_written_out(const at::Tensor& q, const at::Tensor& k
 /// at::scaled_dot_product_attention (flash / memory-efficient kernels where they apply) unless
 /// the written-out math is measurably faster for these shapes (attention_written_out_pays:
 /// short sequences on the CPU); on 1.13 it is always written out (the private 1.13 op changed its
-/// signature in 2.0).
+/// signature in 2.0). `kernel` chooses otherwise (KernelOptions::attention, ::batched_matmul).
 inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k,
                                                const at::Tensor& v,
                                                const std::optional<at::Tensor>& mask = std::nullopt,
-                                               double dropout_p = 0.0, bool is_causal = false) {
+                                               double dropout_p = 0.0, bool is_causal = false,
+                                               const KernelOptions& kernel = {}) {
 #if FTOPT_TORCH_AT_LEAST(2, 0)
-  const AttentionKernel kernel = attention_kernel().load(std::memory_order_relaxed);
-  const bool written_out = kernel == AttentionKernel::WrittenOut ||
-                           (kernel == AttentionKernel::Auto && attention_written_out_pays(q, k));
+  const bool written_out = kernel.attention == AttentionKernel::WrittenOut ||
+                           (kernel.attention == AttentionKernel::Auto && attention_written_out_pays(q, k));
   if (!written_out) return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal);
 #endif
-  return attention_written_out(q, k, v, mask, dropout_p, is_causal);
+  return attention_written_out(q, k, v, mask, dropout_p, is_causal, kernel.batched_matmul);
 }
 
 /// The key under which torch::optim::Optimizer::state() files a parameter's state: the address

@@ -40,6 +40,7 @@
 #include <ftopt/nn/dropout.hpp>
 #include <ftopt/nn/layer_norm.hpp>
 #include <ftopt/nn/linear.hpp>
+#include <ftopt/kernel_options.hpp>
 #include <ftopt/nn/shared_input_linears.hpp>
 
 namespace ftopt::models {
@@ -80,6 +81,8 @@ struct BertOptions {
   /// Not in BertConfig: Mean suits checkpoints trained for mean-pooled embeddings (sentence-
   /// transformers' models), whose [CLS] token and pooler were never trained to summarize.
   BertPooling pooling = BertPooling::Pooler;
+  /// Not in BertConfig: ftopt's kernels (shared_input: query, key and value as one GEMM; attention's).
+  KernelOptions kernel;
 
   void validate() const {
     check(vocab_size >= 1, "BertOptions: vocab_size must be >= 1, got ", vocab_size);
@@ -167,7 +170,7 @@ TORCH_MODULE(BertEmbeddings);
 /// mask keeps (and the prefix rows peft::Prefix attaches, which every query sees).
 struct BertSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
   explicit BertSelfAttentionImpl(const BertOptions& o)
-      : heads(o.heads), attention_dropout(o.attention_dropout),
+      : heads(o.heads), attention_dropout(o.attention_dropout), kernel(o.kernel),
         query(register_module("query", detail::bert_linear(o.hidden, o.hidden))),
         key(register_module("key", detail::bert_linear(o.hidden, o.hidden))),
         value(register_module("value", detail::bert_linear(o.hidden, o.hidden))) {}
@@ -176,7 +179,7 @@ struct BertSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask) {
     const auto B = x.size(0), T = x.size(1), C = x.size(2);
     auto split = [&](const torch::Tensor& t) { return t.reshape({B, t.size(1), heads, C / heads}).transpose(1, 2); };
-    auto [q, k, v] = nn::shared_input_linears<3>({query.get(), key.get(), value.get()}, x);
+    auto [q, k, v] = nn::shared_input_linears<3>({query.get(), key.get(), value.get()}, x, kernel.shared_input);
     at::Tensor m = mask;
     if (prefix_) {
       auto [pk, pv] = prefix_->key_value();
@@ -187,13 +190,15 @@ struct BertSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
     }
     auto out = compat::scaled_dot_product_attention(split(q), split(k), split(v),
                                                     m.defined() ? std::optional<at::Tensor>(m) : std::nullopt,
-                                                    is_training() ? attention_dropout : 0.0);
+                                                    is_training() ? attention_dropout : 0.0,
+                                                    /*is_causal=*/false, kernel);
     return out.transpose(1, 2).reshape({B, T, C});
   }
   std::int64_t prefix_width() const override { return query->options.out_features(); }
 
   std::int64_t heads;
   double attention_dropout;
+  KernelOptions kernel;  ///< query, key and value as one GEMM; attention's kernel
   nn::Linear query, key, value;
 };
 TORCH_MODULE(BertSelfAttention);

@@ -32,6 +32,7 @@
 #include <ftopt/nn/dropout.hpp>
 #include <ftopt/nn/chunked_attention.hpp>
 #include <ftopt/nn/linear.hpp>
+#include <ftopt/kernel_options.hpp>
 #include <ftopt/nn/shared_input_linears.hpp>
 
 namespace ftopt::models {
@@ -59,6 +60,8 @@ struct ViTOptions {
   double initializer_range = 0.02;
   AttnImplementation attn_implementation = AttnImplementation::Sdpa;
   std::int64_t attention_chunk = 128;  ///< query rows per block, for AttnImplementation::Chunked
+  /// Not in ViTConfig: ftopt's kernels (shared_input: query, key and value as one GEMM; attention's).
+  KernelOptions kernel;
 
   void validate() const {
     using ftopt::detail::check;
@@ -122,13 +125,14 @@ struct ViTSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
   explicit ViTSelfAttentionImpl(const ViTOptions& o)
       : heads(o.heads), attention_dropout(o.attention_dropout),
         chunk(o.attn_implementation == AttnImplementation::Chunked ? o.attention_chunk : 0),
+        kernel(o.kernel),
         query(register_module("query", detail::linear(o.hidden, o.hidden, o.qkv_bias))),
         key(register_module("key", detail::linear(o.hidden, o.hidden, o.qkv_bias))),
         value(register_module("value", detail::linear(o.hidden, o.hidden, o.qkv_bias))) {}
   torch::Tensor forward(const torch::Tensor& x) {
     const auto B = x.size(0), T = x.size(1), C = x.size(2);
     auto split = [&](const torch::Tensor& t) { return t.reshape({B, t.size(1), heads, C / heads}).transpose(1, 2); };
-    auto [q, k, v] = nn::shared_input_linears<3>({query.get(), key.get(), value.get()}, x);
+    auto [q, k, v] = nn::shared_input_linears<3>({query.get(), key.get(), value.get()}, x, kernel.shared_input);
     if (prefix_) {  // prefix tuning: extra key and value rows every query attends to
       auto [pk, pv] = prefix_->key_value();
       k = prepend(pk, k);
@@ -139,7 +143,8 @@ struct ViTSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
     v = split(v);
     auto out = chunk > 0 ? nn::chunked_attention(q, k, v, {.chunk = chunk})
                          : compat::scaled_dot_product_attention(q, k, v, std::nullopt,
-                                                                is_training() ? attention_dropout : 0.0);
+                                                                is_training() ? attention_dropout : 0.0,
+                                                                /*is_causal=*/false, kernel);
     return out.transpose(1, 2).reshape({B, T, C});
   }
   std::int64_t prefix_width() const override { return query->options.out_features(); }
@@ -147,6 +152,7 @@ struct ViTSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
   std::int64_t heads;
   double attention_dropout;
   std::int64_t chunk;  ///< > 0: chunked attention with this many query rows per block
+  KernelOptions kernel;  ///< query, key and value as one GEMM; attention's kernel
   nn::Linear query, key, value;
 };
 TORCH_MODULE(ViTSelfAttention);

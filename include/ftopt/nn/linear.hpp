@@ -8,15 +8,13 @@
 ///   auto y = query(x);
 
 #include <cmath>
-#include <string>
-#include <vector>
-
 #include <torch/nn/cloneable.h>
 #include <torch/nn/functional/linear.h>
 #include <torch/nn/init.h>
 #include <torch/nn/options/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <ftopt/detail/compat.hpp>
 #include <ftopt/nn/extension.hpp>
 #include <ftopt/nn/init.hpp>
 
@@ -60,16 +58,11 @@ public:
 
 TORCH_MODULE(Linear);
 
-/// The buffers under `module`, by their names in it, that the extensions attached to its
-/// nn::Linear layers declare constant (nn::Extension::constant_buffers).
-inline std::vector<std::string> constant_buffers(const torch::nn::Module& module) {
-  std::vector<std::string> names;
-  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
-    const auto* linear = dynamic_cast<const LinearImpl*>(item.value().get());
-    if (!linear || !linear->extension()) continue;
-    for (const auto& name : linear->extension()->constant_buffers()) names.push_back(item.key() + "." + name);
-  }
-  return names;
+/// The input as nn::Linear layers compute with it: cast to autocast's dtype where autocast is on
+/// for its device (once for several layers or kernels, where autocast would cast it for each).
+inline at::Tensor autocast_input(const at::Tensor& x) {
+  const auto device = x.device().type();
+  return compat::autocast_enabled(device) && x.scalar_type() == at::kFloat ? x.to(compat::autocast_dtype(device)) : x;
 }
 
 } // namespace ftopt::nn

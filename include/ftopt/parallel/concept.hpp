@@ -13,6 +13,10 @@
 ///   torch::Tensor reduce_sum(const torch::Tensor&);   the sum over ranks (metrics)
 ///   int rank() const;  int world_size() const;
 /// Optional: `void validate() const`;
+///   `void setup(module, trainable, const std::vector<std::string>& constant)`
+///                                      also told which buffers, by name, never change after
+///                                      setup (those a Peft policy's `constant_buffers()` names:
+///                                      QLora's packed bases), which the Trainer passes;
 ///   `void guard(F&& f)`                runs the backward (f) and turns a communication failure
 ///                                      into an error that names the lost rank;
 ///   `bool zero_grads_in_place() const` the gradients alias communication buffers: the Trainer
@@ -29,6 +33,7 @@
 /// header says which header to include).
 
 #include <concepts>
+#include <string>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -51,5 +56,18 @@ concept Policy = PolicyOf<P, axis::Parallel> && std::movable<P> &&
       { cp.rank() } -> std::convertible_to<int>;
       { cp.world_size() } -> std::convertible_to<int>;
     };
+
+/// Sets `parallel` up for `module`, telling it the buffers `peft` keeps constant where the one
+/// names some and the other takes them (the Trainer's prepare).
+template <class Parallel, class Peft>
+void setup(Parallel& parallel, const Peft& peft, torch::nn::Module& module, const std::vector<torch::Tensor>& trainable) {
+  if constexpr (requires(const std::vector<std::string>& names) {
+                  { peft.constant_buffers() } -> std::convertible_to<std::vector<std::string>>;
+                  parallel.setup(module, trainable, names);
+                })
+    parallel.setup(module, trainable, peft.constant_buffers());
+  else
+    parallel.setup(module, trainable);
+}
 
 } // namespace ftopt::parallel

@@ -44,7 +44,6 @@
 #include <torch/nn/module.h>
 
 #include <ftopt/detail/dependent_false.hpp>
-#include <ftopt/nn/linear.hpp>
 #include <ftopt/parallel/concept.hpp>
 #include <ftopt/parallel/support/group.hpp>
 
@@ -58,8 +57,8 @@ struct DdpOptions {
   bool find_unused_parameters = false;    ///< walk the graph for parameters the forward did not use
   bool broadcast_buffers = true;          ///< rank 0's buffers (BatchNorm stats) before each forward
   /// Buffers, by name in the model, that never change after setup (a position table): broadcast
-  /// from rank 0 at setup only, not before each forward. ftopt's own (a QLora layer's packed
-  /// base: nn::Extension::constant_buffers) need not be named.
+  /// from rank 0 at setup only, not before each forward. Those the Peft policy names (a QLora
+  /// layer's packed base: QLora::constant_buffers) need not be named; the Trainer passes them.
   std::vector<std::string> constant_buffers;
   /// Bounds joining and every collective; a lost or hung rank is an error after at most this.
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
@@ -132,7 +131,9 @@ public:
 
   /// Joins the group, makes every rank's parameters and buffers rank 0's, and hooks the
   /// gradient reduction onto the trainable parameters.
-  void setup(torch::nn::Module& module, const std::vector<torch::Tensor>& trainable) {
+  /// `constant`: buffers known constant besides DdpOptions::constant_buffers (the Peft policy's).
+  void setup(torch::nn::Module& module, const std::vector<torch::Tensor>& trainable,
+             const std::vector<std::string>& constant_names = {}) {
     const torch::Device device = trainable.front().device();
     Backend backend = options_.backend;
     if (backend == Backend::Auto) backend = device.is_cuda() ? Backend::Nccl : Backend::Gloo;
@@ -145,8 +146,7 @@ public:
     for (const auto& p : module.parameters()) states.push_back(p.detach());
     // Every buffer now; before each forward only those that may change.
     std::set<std::string> unseen(options_.constant_buffers.begin(), options_.constant_buffers.end());
-    const auto own = nn::constant_buffers(module);
-    const std::set<std::string> constant(own.begin(), own.end());
+    const std::set<std::string> constant(constant_names.begin(), constant_names.end());
     for (const auto& item : module.named_buffers()) {
       states.push_back(item.value());
       if (!unseen.erase(item.key()) && !constant.contains(item.key())) s.buffers.push_back(item.value());

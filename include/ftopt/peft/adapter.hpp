@@ -60,7 +60,7 @@ public:
   }
 
   /// A bottleneck is non-linear: it stays a branch after training (quantization keeps its layer in float).
-  bool mergeable() const override { return false; }
+  nn::Effect effect() const override { return nn::Effect::stays; }
 
   nn::Linear& down() { return down_; }
   nn::Linear& up() { return up_; }

@@ -15,7 +15,7 @@
 ///     get no gradient and the backward skips their weight gradients;
 ///   - merge leaves the model's outputs unchanged (up to rounding).
 ///
-/// Models: peft::Full, peft::Freeze, peft::Lora, peft::QLora<quant::Int8PerChannel>, peft::QLora<quant::Nf4>,
+/// Models: peft::Full, peft::Freeze, peft::Lora, peft::QLora<storage::Int8PerChannel>, peft::QLora<storage::Nf4>,
 /// peft::Adapter, peft::Prefix, peft::Ia3, peft::Vera (their laws:
 /// tests/peft/concept.cpp).
 

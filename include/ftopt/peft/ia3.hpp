@@ -19,40 +19,47 @@
 #include <torch/nn/module.h>
 
 #include <ftopt/error.hpp>
-#include <ftopt/nn/column_scaled_linear.hpp>
+#include <ftopt/kernel_options.hpp>
 #include <ftopt/nn/extension.hpp>
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/peft/concept.hpp>
 #include <ftopt/peft/full.hpp>
+#include <ftopt/peft/kernel/adapted.hpp>
 #include <ftopt/peft/support/targets.hpp>
 
 namespace ftopt::peft {
 
 /// The scaling vector attached to one nn::Linear.
-class Ia3Scaling : public nn::Extension<nn::LinearImpl> {
+class Ia3Scaling : public Adapted {
 public:
-  Ia3Scaling(nn::LinearImpl& layer, bool feedforward) : feedforward_(feedforward) {
+  Ia3Scaling(nn::LinearImpl& layer, bool feedforward, KernelOptions kernel = {})
+      : Adapted(kernel), feedforward_(feedforward) {
     const auto shape = feedforward ? std::vector<std::int64_t>{1, layer.options.in_features()}
                                    : std::vector<std::int64_t>{layer.options.out_features(), 1};
     scale_ = layer.register_parameter("ia3_l", torch::ones(shape, layer.weight.options()));
   }
 
+  /// As a kernel part: folded, the base alone; a feedforward target on a frozen layer, the base and
+  /// its column scaling (one GEMM over W diag(l): PEFT's gradients, its output up to the compute
+  /// dtype's rounding). A plain target runs in PEFT's form.
+  std::optional<Part> part(const nn::LinearImpl& layer) const override {
+    if (layer.weight.requires_grad()) return std::nullopt;
+    if (merged_) return Part{kernel::FrozenBase::dense(layer.weight), {}};
+    if (!feedforward_ || !kernel().merged_weight) return std::nullopt;
+    return Part{kernel::FrozenBase::dense(layer.weight), kernel::Columns{scale_}};
+  }
   /// PEFT's IA3 Linear.forward: the input scaled for a feedforward target, else the output, the
   /// product taken in l's dtype and returned in the scaled tensor's (bf16 under autocast, not the
-  /// float32 that the product alone would give). A feedforward target on a frozen layer runs as
-  /// one GEMM over W with its columns scaled (nn::column_scaled_linear: PEFT's gradients, its
-  /// output up to the compute dtype's rounding).
-  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
+  /// float32 that the product alone would give).
+  at::Tensor own_forward(nn::LinearImpl& layer, const at::Tensor& x) override {
     if (merged_) return layer.base_forward(x);
     const at::Tensor l = scale_.flatten();
-    if (feedforward_) {
-      if (auto y = nn::column_scaled_linear(layer, x, scale_)) return *std::move(y);
-      return layer.base_forward((x * l).to(x.scalar_type()));
-    }
+    if (feedforward_) return layer.base_forward((x * l).to(x.scalar_type()));
     const at::Tensor y = layer.base_forward(x);
     return (y * l).to(y.scalar_type());
   }
+  nn::Effect effect() const override { return merged_ ? nn::Effect::none : nn::Effect::changes; }
 
   /// W * l (a row per output for a plain target, a column per input for a feedforward one), and
   /// b * l for a plain target.
@@ -75,8 +82,6 @@ public:
 
   bool merged() const { return merged_; }
   bool feedforward() const { return feedforward_; }
-  bool changes_forward() const override { return !merged_; }
-  bool transparent() const override { return merged_; }
   const at::Tensor& scale() const { return scale_; }
 
 private:
@@ -93,6 +98,8 @@ struct Ia3Options {
   nn::NamePatterns feedforward;
   /// PEFT: modules_to_save; these train in full (e.g. a new classifier head).
   nn::NamePatterns modules_to_save;
+  /// ftopt's kernels or PEFT's form (merged_weight: a feedforward target as one GEMM over W diag(l)).
+  KernelOptions kernel;
 
   void validate() const {
     ftopt::detail::check(!targets.empty(), "Ia3: targets is empty; name the Linear modules to scale");
@@ -124,7 +131,7 @@ public:
     for (const auto& [name, linear] : layers) {
       bool feedforward = false;
       for (const auto& pattern : options_.feedforward) feedforward = feedforward || pattern.matches(name);
-      auto scaling = std::make_shared<Ia3Scaling>(*linear, feedforward);
+      auto scaling = std::make_shared<Ia3Scaling>(*linear, feedforward, options_.kernel);
       linear->attach(scaling);
       scaling->scale().requires_grad_(true);
       scalings_.emplace_back(name, scaling);

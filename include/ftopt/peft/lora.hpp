@@ -30,6 +30,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <ftopt/error.hpp>
+#include <ftopt/kernel_options.hpp>
 #include <ftopt/nn/conv2d.hpp>
 #include <ftopt/nn/layer_norm.hpp>
 #include <ftopt/nn/linear.hpp>
@@ -75,6 +76,9 @@ struct LoraOptions {
   /// LoRA+ (PEFT's create_loraplus_optimizer): B's learning rate over A's; 0 leaves one group.
   double loraplus_lr_ratio = 0;
   double loraplus_weight_decay = 0;  ///< LoRA+: the weight decay of its groups (PEFT's default 0)
+  /// ftopt's kernels or PEFT's form (merged_weight: one GEMM over W + s B A; shared_input: query,
+  /// key and value together).
+  KernelOptions kernel;
 
   void validate() const {
     ftopt::detail::check(r > 0, "Lora: r must be > 0, got ", r);
@@ -210,7 +214,7 @@ public:
 private:
   LoraBranchOptions branch_options() const {
     return {.r = options_.r, .scaling = options_.scaling(), .dropout = options_.dropout, .init = options_.init,
-            .dora = options_.dora};
+            .dora = options_.dora, .kernel = options_.kernel};
   }
 
   void check_rank(const std::string& name, std::int64_t out, std::int64_t in) const {

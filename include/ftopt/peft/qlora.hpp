@@ -1,8 +1,8 @@
 #pragma once
 /// peft::QLora<Format>: LoRA over a frozen base held quantized (QLoRA, Dettmers et al. 2023).
 /// peft::Lora's adapters, settings and adapter files, with the weight of each adapted nn::Linear
-/// stored in `Format` instead of float: quant::Int8PerChannel (25% of float32) or quant::Nf4
-/// (block 64, double-quantized scalers: 12.9%), both in quant/support/frozen_weight.hpp. The
+/// stored in `Format` instead of float: storage::Int8PerChannel (25% of float32) or storage::Nf4
+/// (block 64, double-quantized scalers: 12.9%), both in storage/. The
 /// forward dequantizes the base for its GEMM and again for the input's gradient, in the compute
 /// dtype; the adapters train in float as under peft::Lora:
 ///     y = deq(Q(W)) x + b + scaling * B(A(dropout(x)))
@@ -25,7 +25,7 @@
 /// policy that trains fake-quantized (quant::Qat) does not: it would fake-quantize the weights
 /// that are already quantized and frozen. DynamicInt8 and StaticInt8 convert after merge().
 ///
-///   using Nf4Lora = ftopt::peft::QLora<ftopt::quant::Nf4>;
+///   using Nf4Lora = ftopt::peft::QLora<ftopt::storage::Nf4>;
 ///   ftopt::Trainer<ftopt::precision::Bf16Mixed, Nf4Lora> trainer(
 ///       {}, {}, Nf4Lora({.r = 8, .alpha = 16, .targets = {"query", "value"}}));
 ///   trainer.prepare(model);
@@ -45,20 +45,22 @@
 
 #include <ftopt/error.hpp>
 #include <ftopt/nn/linear.hpp>
-#include <ftopt/nn/low_rank_linears.hpp>
+#include <ftopt/peft/kernel/adapted.hpp>
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/peft/support/lora_branch.hpp>
 #include <ftopt/peft/support/targets.hpp>
-#include <ftopt/quant/support/frozen_weight.hpp>
+#include <ftopt/storage/int8_per_channel.hpp>
+#include <ftopt/storage/nf4.hpp>
+#include <ftopt/storage/packed.hpp>
 
 namespace ftopt::peft {
 
 /// What QLora attaches to an adapted layer: its packed base and its LoRA branch.
-template <class Format>
-class QuantizedBase : public nn::Extension<nn::LinearImpl> {
+template <storage::Format Format>
+class QuantizedBase : public Adapted {
 public:
   QuantizedBase(nn::LinearImpl& layer, std::shared_ptr<LoraBranch> branch, const Format& format)
-      : branch_(std::move(branch)), format_(format) {
+      : Adapted(branch->kernel()), branch_(std::move(branch)), format_(format) {
     torch::NoGradGuard no_grad;
     packed_ = format_.quantize(layer.weight);
     packed_.data = layer.register_buffer("weight_packed", packed_.data);
@@ -68,40 +70,18 @@ public:
     empty(layer.weight);
   }
 
-  /// The packed base's product, plus the branch's term while it is not folded in: one GEMM over
-  /// deq(W) + s B A while the branch offers that term (no dropout in training), else the sum.
-  /// All of it from the input as autocast would cast it.
-  bool casts_input_first() const override { return true; }
-  /// The packed base changes only by merging, the same on every rank: DDP sends it once.
-  std::vector<std::string> constant_buffers() const override {
-    return {"weight_packed", "weight_scales", "weight_factors", "weight_mean"};
+  /// As a kernel part: the packed base, with the branch's term in the GEMM while it offers one
+  /// (no dropout in training: one GEMM over deq(W) + s B A), else with its output added; nothing
+  /// more once the branch is folded in. Always a part: the base exists only packed.
+  std::optional<Part> part(const nn::LinearImpl& layer) const override {
+    Part part{kernel::FrozenBase::packed<Format>(packed_), {}};
+    if (branch_->merged()) return part;
+    if (kernel().merged_weight && !branch_->dropping(layer)) part.term = branch_->low_rank();
+    else part.adds = true;
+    return part;
   }
-  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
-    const at::Tensor input = nn::autocast_input(x);
-    if (branch_->merged()) return quant::frozen_linear<Format>(input, packed_, layer.bias);
-    if (const auto term = branch_->low_rank(layer)) return quant::frozen_linear<Format>(input, packed_, layer.bias, *term);
-    return quant::frozen_linear<Format>(input, packed_, layer.bias) + branch_->added(layer, input);
-  }
-
-  /// Layers on one input with bases in this format (a ViT's query, key and value) run as one GEMM
-  /// over their dequantized bases, each with its term, while every branch is merged or offers a
-  /// term (no dropout in training).
-  const void* together_key(const nn::LinearImpl& layer) const override {
-    static const char format_key = 0;
-    return branch_->merged() || branch_->low_rank(layer) ? &format_key : nullptr;
-  }
-  at::Tensor forward_together(std::span<nn::LinearImpl* const> layers, const at::Tensor& input) override {
-    std::vector<quant::PackedWeight> packed;
-    std::vector<std::optional<nn::LowRankTerm>> terms;
-    std::vector<at::Tensor> biases;
-    for (auto* layer : layers) {
-      const auto& base = dynamic_cast<const QuantizedBase&>(*layer->extension());
-      packed.push_back(base.packed_);
-      terms.push_back(base.branch_->merged() ? std::nullopt : base.branch_->low_rank(*layer));
-      if (layer->bias.defined()) biases.push_back(layer->bias);
-    }
-    return quant::frozen_linears<Format>(input, packed, biases.empty() ? at::Tensor() : at::cat(biases), terms);
-  }
+  at::Tensor added(nn::LinearImpl& layer, const at::Tensor& x) override { return branch_->added(layer, x); }
+  nn::Effect effect() const override { return nn::Effect::changes; }
 
   /// The base back in float (the layer's dtype) with the branch attached in its place; the
   /// packed tensors are emptied.
@@ -122,7 +102,12 @@ public:
     if (branch_->merged()) requantized(layer, [&] { branch_->unmerge_from(layer); });
   }
 
-  const quant::PackedWeight& packed() const { return packed_; }
+  const storage::PackedWeight& packed() const { return packed_; }
+  /// Whether the packed base keeps `name` ("weight_factors" and "weight_mean": NF4's only).
+  bool has_buffer(const std::string& name) const {
+    return name == "weight_packed" || name == "weight_scales" || (name == "weight_factors" && packed_.factors.defined()) ||
+           (name == "weight_mean" && packed_.mean.defined());
+  }
   const std::shared_ptr<LoraBranch>& branch() const { return branch_; }
 
 private:
@@ -133,7 +118,7 @@ private:
     torch::NoGradGuard no_grad;
     layer.weight.set_data(Format::dequantize(packed_, at::kFloat));
     change();
-    const quant::PackedWeight fresh = format_.quantize(layer.weight);
+    const storage::PackedWeight fresh = format_.quantize(layer.weight);
     packed_.data.set_data(fresh.data);
     packed_.scales.set_data(fresh.scales.to(packed_.scales.scalar_type()));
     if (fresh.factors.defined()) packed_.factors.set_data(fresh.factors.to(packed_.factors.scalar_type()));
@@ -143,10 +128,10 @@ private:
 
   std::shared_ptr<LoraBranch> branch_;
   Format format_;
-  quant::PackedWeight packed_;
+  storage::PackedWeight packed_;
 };
 
-template <class Format>
+template <storage::Format Format>
 class QLora : public Lora {
 public:
   static constexpr const char* name = Format::lora_name;  ///< "lora-int8", "lora-nf4"
@@ -209,6 +194,16 @@ public:
       total += c10::multiply_integers(base->packed().shape) * static_cast<std::int64_t>(sizeof(float));
     return total;
   }
+  /// The packed bases' buffers by their names in the module ("encoder.0.query.weight_packed", ...):
+  /// they change only by merging, the same on every rank, so parallel::Ddp sends them once, at
+  /// setup, and not before each forward as it does other buffers.
+  std::vector<std::string> constant_buffers() const {
+    std::vector<std::string> names;
+    for (const auto& [name, base] : bases_)
+      for (const char* buffer : {"weight_packed", "weight_scales", "weight_factors", "weight_mean"})
+        if (base->has_buffer(buffer)) names.push_back(name + "." + buffer);
+    return names;
+  }
   /// The adapted layers' names and quantized bases, in module order (empty after merge).
   const std::vector<std::pair<std::string, std::shared_ptr<QuantizedBase<Format>>>>& bases() const { return bases_; }
 
@@ -223,6 +218,7 @@ private:
   std::vector<std::pair<std::string, std::shared_ptr<QuantizedBase<Format>>>> bases_;
 };
 
-static_assert(Policy<QLora<quant::Nf4>>);
+
+static_assert(Policy<QLora<storage::Nf4>>);
 
 } // namespace ftopt::peft

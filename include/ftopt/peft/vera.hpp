@@ -31,7 +31,8 @@
 #include <ftopt/nn/dropout.hpp>
 #include <ftopt/nn/extension.hpp>
 #include <ftopt/nn/linear.hpp>
-#include <ftopt/nn/low_rank_linears.hpp>
+#include <ftopt/kernel_options.hpp>
+#include <ftopt/peft/kernel/adapted.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/peft/concept.hpp>
 #include <ftopt/peft/full.hpp>
@@ -59,10 +60,11 @@ struct VeraProjections {
 };
 
 /// The two vectors VeRA trains on one nn::Linear, over the shared projections.
-class VeraBranch : public nn::Extension<nn::LinearImpl> {
+class VeraBranch : public Adapted {
 public:
-  VeraBranch(nn::LinearImpl& layer, const VeraProjections& shared, std::int64_t r, double d_initial, double dropout)
-      : shared_(shared), dropout_(dropout) {
+  VeraBranch(nn::LinearImpl& layer, const VeraProjections& shared, std::int64_t r, double d_initial, double dropout,
+             KernelOptions kernel = {})
+      : Adapted(kernel), shared_(shared), dropout_(dropout) {
     const auto options = layer.weight.options();
     lambda_d_ = layer.register_parameter("vera_lambda_d", at::full({r}, d_initial, options));
     lambda_b_ = layer.register_parameter("vera_lambda_b", at::zeros({layer.options.out_features()}, options));
@@ -70,25 +72,28 @@ public:
     out_ = layer.options.out_features();
   }
 
-  /// Without dropout on a frozen layer: one GEMM over W + (b B)(d A) (nn::low_rank_linears);
-  /// otherwise the layer's output plus the branch's.
-  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
-    return merged_ ? layer.base_forward(x) : nn::low_rank_or_added(layer, *this, x);
+  /// As a kernel part, on a frozen layer: without dropout, the base and the branch as a low-rank
+  /// term, a = d A[:, :in], b = b B[:out], scaling 1 (one GEMM over W + (b B)(d A); autograd
+  /// carries the terms' gradients back to the vectors); under dropout (or with
+  /// KernelOptions::merged_weight off), the base with the branch's output added.
+  std::optional<Part> part(const nn::LinearImpl& layer) const override {
+    if (layer.weight.requires_grad()) return std::nullopt;
+    Part part{kernel::FrozenBase::dense(layer.weight), {}};
+    if (merged_) return part;
+    if (kernel().merged_weight && !(dropout_ > 0 && layer.is_training()))
+      part.term = kernel::LowRank{lambda_d_.unsqueeze(1) * a_slice(), lambda_b_.unsqueeze(1) * b_slice(), 1.0};
+    else
+      part.adds = true;
+    return part;
   }
-
-  bool additive() const override { return !merged_; }
-  bool transparent() const override { return merged_; }
-  bool changes_forward() const override { return !merged_; }
+  nn::Effect effect() const override { return merged_ ? nn::Effect::none : nn::Effect::changes; }
   /// b * (B[:out] (d * (A[:, :in] dropout(x)))), PEFT's order of operations.
   at::Tensor added(nn::LinearImpl& layer, const at::Tensor& x) override {
     const at::Tensor dropped = dropout_ > 0 ? nn::dropout(x, dropout_, layer.is_training()) : x;
     return lambda_b_ * at::linear(lambda_d_ * at::linear(dropped, a_slice()), b_slice());
   }
-  /// The branch as a low-rank term: a = d A[:, :in], b = b B[:out], scaling 1 (autograd carries
-  /// the terms' gradients back to the vectors).
-  std::optional<nn::LowRankTerm> low_rank(const nn::LinearImpl& layer) const override {
-    if (merged_ || (dropout_ > 0 && layer.is_training())) return std::nullopt;
-    return nn::LowRankTerm{lambda_d_.unsqueeze(1) * a_slice(), lambda_b_.unsqueeze(1) * b_slice(), 1.0};
+  at::Tensor own_forward(nn::LinearImpl& layer, const at::Tensor& x) override {
+    return merged_ ? layer.base_forward(x) : layer.base_forward(x) + added(layer, x);
   }
 
   /// (b B[:out]) (d A[:, :in]), the update of W ([out, in]).
@@ -138,6 +143,8 @@ struct VeraOptions {
   double d_initial = 0.1;
   /// PEFT: modules_to_save; these train in full (e.g. a new classifier head).
   nn::NamePatterns modules_to_save;
+  /// ftopt's kernels or PEFT's form (merged_weight: one GEMM over W + (b B)(d A)).
+  KernelOptions kernel;
 
   void validate() const {
     ftopt::detail::check(r > 0, "Vera: r must be > 0, got ", r);
@@ -174,7 +181,8 @@ public:
     projections_.b = module.register_buffer("vera_B", drawn.b.to(like.device(), like.scalar_type()));
     branches_.clear();
     for (const auto& [name, linear] : layers) {
-      auto branch = std::make_shared<VeraBranch>(*linear, projections_, options_.r, options_.d_initial, options_.dropout);
+      auto branch = std::make_shared<VeraBranch>(*linear, projections_, options_.r, options_.d_initial, options_.dropout,
+                                                   options_.kernel);
       linear->attach(branch);
       branches_.emplace_back(name, branch);
     }

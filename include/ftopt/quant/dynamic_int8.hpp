@@ -110,7 +110,7 @@ public:
         left_float_.push_back(name);
         continue;
       }
-      ftopt::detail::check(!linear->extension() || !linear->extension()->changes_forward() ||
+      ftopt::detail::check(detail::computes_own(*linear) ||
                                std::dynamic_pointer_cast<DynamicInt8Linear>(linear->extension()),
                            "quant::DynamicInt8: layer '", name,
                            "' carries another extension (an unmerged LoRA branch?); merge it before converting");

@@ -107,7 +107,11 @@ public:
     seen->output.observe(y);
     return y;
   }
-  bool changes_forward() const override { return inner && inner->changes_forward(); }
+  /// The inner extension's effect where it changes the values, else observing.
+  nn::Effect effect() const override {
+    const nn::Effect own = inner ? inner->effect() : nn::Effect::none;
+    return own == nn::Effect::none ? nn::Effect::observes : own;
+  }
 
   std::shared_ptr<nn::Extension<Layer>> inner;
   std::shared_ptr<ActivationObservers> seen;
@@ -213,7 +217,7 @@ public:
         left_float_.push_back(name);
         return;
       }
-      ftopt::detail::check(!layer->extension() || !layer->extension()->changes_forward(), "quant::StaticInt8: layer '",
+      ftopt::detail::check(detail::computes_own(*layer), "quant::StaticInt8: layer '",
                            name, "' carries another extension (an unmerged LoRA branch?); merge it before converting");
       auto found = ranges_.find(name);
       ftopt::detail::check(found != ranges_.end(), "quant::StaticInt8: layer '", name,

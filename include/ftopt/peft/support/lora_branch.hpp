@@ -7,7 +7,7 @@
 ///          (DoRA paper, section 4.3); m, one magnitude per output row, starts at that norm and
 ///          trains. With dropout active, PEFT's form: W x + b + (m/n - 1) W x' + (m/n) s B A x',
 ///          x' = dropout(x). Without dropout on a frozen layer, LoRA and DoRA alike run as one
-///          GEMM over their merged weight (nn::low_rank_linears).
+///          GEMM over their merged weight (peft's adapter kernel, kernel/adapter_linears.hpp).
 /// Initialisations (B A is added to W at step 0, so each keeps the model's output):
 ///   Default   A Kaiming-uniform (a = sqrt(5)), B zero (PEFT's init_lora_weights = true)
 ///   Gaussian  A normal with std 1 / r, B zero
@@ -33,9 +33,10 @@
 #include <ftopt/error.hpp>
 #include <ftopt/nn/conv2d.hpp>
 #include <ftopt/nn/dropout.hpp>
+#include <ftopt/kernel_options.hpp>
 #include <ftopt/nn/extension.hpp>
 #include <ftopt/nn/linear.hpp>
-#include <ftopt/nn/low_rank_linears.hpp>
+#include <ftopt/peft/kernel/adapted.hpp>
 #include <ftopt/peft/support/targets.hpp>
 
 namespace ftopt::peft {
@@ -50,12 +51,14 @@ struct LoraBranchOptions {
   double dropout = 0;
   LoraInit init = LoraInit::Default;
   bool dora = false;
+  KernelOptions kernel;
 };
 
-class LoraBranch : public nn::Extension<nn::LinearImpl> {
+class LoraBranch : public Adapted {
 public:
   LoraBranch(nn::LinearImpl& layer, const LoraBranchOptions& options)
-      : options_(options),
+      : Adapted(options.kernel),
+        options_(options),
         a_(nn::Linear(torch::nn::LinearOptions(layer.options.in_features(), options.r).bias(false))),
         b_(nn::Linear(torch::nn::LinearOptions(options.r, layer.options.out_features()).bias(false))) {
     torch::NoGradGuard no_grad;
@@ -68,29 +71,41 @@ public:
     }
   }
 
-  /// Unmerged LoRA or DoRA without dropout on a frozen layer: one GEMM over W + s B A, DoRA's
-  /// rows rescaled (nn::low_rank_linears); otherwise the layer's output plus the branch's, or
-  /// DoRA's form as PEFT computes it.
-  at::Tensor forward(nn::LinearImpl& layer, const at::Tensor& x) override {
-    if (merged_) return layer.base_forward(x);
-    if (!options_.dora) return nn::low_rank_or_added(layer, *this, x);
-    if (auto y = nn::low_rank_alone(layer, x)) return *std::move(y);
-    return dora_forward(layer, x);
+  /// As a kernel part, on a frozen layer: folded, the base alone; LoRA or DoRA without dropout,
+  /// the base and the low-rank term (one GEMM over W + s B A, DoRA's rows rescaled); LoRA under
+  /// dropout (or with KernelOptions::merged_weight off), the base with the branch's output added.
+  /// DoRA under dropout runs in PEFT's form (own_forward).
+  std::optional<Part> part(const nn::LinearImpl& layer) const override {
+    if (layer.weight.requires_grad()) return std::nullopt;
+    Part part{kernel::FrozenBase::dense(layer.weight), {}};
+    if (merged_) return part;
+    if (kernel().merged_weight && !dropping(layer)) {
+      part.term = low_rank();
+      return part;
+    }
+    if (options_.dora) return std::nullopt;
+    part.adds = true;
+    return part;
   }
+  /// The branch as a low-rank term of the weight (for the adapter kernel over another base:
+  /// peft::QuantizedBase).
+  kernel::LowRank low_rank() const { return {a_->weight, b_->weight, options_.scaling, magnitude_}; }
+  /// Whether dropout is active: the branch then sees dropped inputs, the base does not.
+  bool dropping(const nn::LinearImpl& layer) const { return options_.dropout > 0 && layer.is_training(); }
 
   /// s B(A(dropout(x))), the term a LoRA branch adds to the layer's output. PEFT scales B's
   /// output; scaling the rank-r product before B is the same up to rounding and touches r values
-  /// per token instead of out_features. DoRA rescales the layer's own output, so it adds no term.
-  bool additive() const override { return !merged_ && !options_.dora; }
-  bool transparent() const override { return merged_; }
+  /// per token instead of out_features.
   at::Tensor added(nn::LinearImpl& layer, const at::Tensor& x) override {
     return b_(a_(dropped(layer, x)) * options_.scaling);
   }
-
-  std::optional<nn::LowRankTerm> low_rank(const nn::LinearImpl& layer) const override {
-    if (merged_ || (options_.dropout > 0 && layer.is_training())) return std::nullopt;
-    return nn::LowRankTerm{a_->weight, b_->weight, options_.scaling, magnitude_};
+  /// PEFT's forward: the layer's output plus the branch's, or DoRA's form.
+  at::Tensor own_forward(nn::LinearImpl& layer, const at::Tensor& x) override {
+    if (merged_) return layer.base_forward(x);
+    if (!options_.dora) return layer.base_forward(x) + added(layer, x);
+    return dora_forward(layer, x);
   }
+  nn::Effect effect() const override { return merged_ ? nn::Effect::none : nn::Effect::changes; }
 
   /// s B A, the low-rank update of W.
   at::Tensor delta() const { return at::matmul(b_->weight, a_->weight) * options_.scaling; }
@@ -119,7 +134,6 @@ public:
   }
 
   bool merged() const { return merged_; }
-  bool changes_forward() const override { return !merged_; }
   const LoraBranchOptions& options() const { return options_; }
   nn::Linear& a() { return a_; }
   nn::Linear& b() { return b_; }
@@ -246,8 +260,7 @@ public:
   }
 
   bool merged() const { return merged_; }
-  bool changes_forward() const override { return !merged_; }
-  bool transparent() const override { return merged_; }
+  nn::Effect effect() const override { return merged_ ? nn::Effect::none : nn::Effect::changes; }
   nn::Conv2d& a() { return a_; }
   nn::Conv2d& b() { return b_; }
 

@@ -118,8 +118,14 @@ std::vector<std::pair<std::string, Layer*>> quantizable(torch::nn::Module& modul
 /// adapter): quantization leaves such a layer in float.
 template <class Layer>
 bool keeps_float_extension(const Layer& layer) {
-  const auto& e = layer.extension();
-  return e && e->changes_forward() && !e->mergeable();
+  return layer.effect() == nn::Effect::stays;
+}
+
+/// Whether the layer computes its own values (nothing attached, a folded branch, an observer):
+/// a converting policy may then replace what is attached.
+template <class Layer>
+bool computes_own(const Layer& layer) {
+  return layer.effect() == nn::Effect::none || layer.effect() == nn::Effect::observes;
 }
 
 template <class Layer>

@@ -1,5 +1,5 @@
-// Tests for include/ftopt/nn/low_rank_linears.hpp: LoRA layers on frozen weights computed as one
-// GEMM over W + s B A give the outputs and gradients of the formula PEFT's LoRA layer computes,
+// Tests for include/ftopt/peft/kernel/adapted.hpp and the adapter kernel under it
+// (kernel/adapter_linears.hpp): LoRA layers on frozen weights computed as one GEMM over W + s B A give the outputs and gradients of the formula PEFT's LoRA layer computes,
 // y = x W^T + b + s (x A^T) B^T, and DoRA's, y = (m / n) (x W^T + s (x A^T) B^T) + b with
 // n = ||W + s B A||_row detached (peft/tuners/lora/dora.py), written here with plain ATen ops
 // and differentiated by autograd;
@@ -8,15 +8,16 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <variant>
 
 #include <torch/torch.h>
 
 #include <ftopt/detail/compat.hpp>
-#include <ftopt/nn/low_rank_linears.hpp>
 #include <ftopt/nn/shared_input_linears.hpp>
+#include <ftopt/peft/kernel/adapted.hpp>
 #include <ftopt/peft/lora.hpp>
 
-#include "../support.hpp"
+#include "../../support.hpp"
 
 namespace {
 
@@ -32,9 +33,11 @@ struct LowRankProjections : torch::nn::Module {
 /// LoRA (r 4, alpha 2 r: scaling 2) on query and value, B drawn at random (PEFT's zero B would
 /// hide the branch), biases trained too (`bias = "all"`), so every gradient the kernel gives is
 /// checked. With `dora`, DoRA's magnitudes drawn away from the row norms they start at.
-ftopt::peft::Lora with_branches(LowRankProjections& m, bool dora = false, std::int64_t r = 4) {
+/// `kernel`: ftopt's kernels or PEFT's form.
+ftopt::peft::Lora with_branches(LowRankProjections& m, bool dora = false, std::int64_t r = 4,
+                                ftopt::KernelOptions kernel = {}) {
   ftopt::peft::Lora lora({.r = r, .alpha = 2.0 * static_cast<double>(r), .targets = {"query", "value"},
-                          .bias = ftopt::peft::LoraBias::All, .dora = dora});
+                          .bias = ftopt::peft::LoraBias::All, .dora = dora, .kernel = kernel});
   lora.attach(m);
   torch::NoGradGuard no_grad;
   for (auto& [name, branch] : lora.branches()) {
@@ -48,10 +51,28 @@ ftopt::peft::Lora with_branches(LowRankProjections& m, bool dora = false, std::i
 bool from_low_rank_kernel(const torch::Tensor& t) {
   auto fn = t.grad_fn();
   for (int hop = 0; fn && hop < 2; ++hop) {
-    if (fn->name().find("LowRankLinearsFunction") != std::string::npos) return true;
+    if (fn->name().find("AdapterLinearsFunction") != std::string::npos) return true;
     fn = fn->next_edges().empty() ? nullptr : fn->next_edges()[0].function;
   }
   return false;
+}
+
+/// Whether the branch offers the kernel a low-rank term on `layer` (no dropout in training).
+bool has_low_rank_term(const ftopt::peft::LoraBranch& branch, const ftopt::nn::LinearImpl& layer) {
+  const auto part = branch.part(layer);
+  return part && std::holds_alternative<ftopt::peft::kernel::LowRank>(part->term);
+}
+
+/// Whether the three layers can run as one kernel call with low-rank terms: every layer a part
+/// (peft::kernel::part_of), one with a term.
+bool grouped_in_kernel(LowRankProjections& m) {
+  bool term = false;
+  for (auto* layer : m.layers()) {
+    const auto part = ftopt::peft::kernel::part_of(*layer);
+    if (!part) return false;
+    term = term || std::holds_alternative<ftopt::peft::kernel::LowRank>(part->term);
+  }
+  return term;
 }
 
 /// The three outputs, then the gradients of x and of every trained parameter after a backward of
@@ -105,14 +126,14 @@ void check_near_formula(const std::vector<torch::Tensor>& got, const std::vector
 
 } // namespace
 
-TEST_CASE("low_rank_linears gives PEFT's LoRA and DoRA formulas, values and gradients", "[nn][low_rank_linears][dora]") {
+TEST_CASE("The adapter kernel gives PEFT's LoRA and DoRA formulas, values and gradients", "[peft][kernel][dora]") {
   const bool dora = GENERATE(false, true);
   // r 1: A's and B's gradients through u = x A^T; r 4, wide for 16-in layers of 12 and 8 outputs
   // (16 x 12 < 2 x 4 x 28 multiply-adds per token): through G = g^T x, as DoRA's always are.
   const std::int64_t r = GENERATE(1, 4);
   CAPTURE(dora, r);
-  CHECK(ftopt::nn::detail::grads_from_full_product(r, 16, 12) == (r == 4));
-  CHECK(ftopt::nn::detail::grads_from_full_product(r, 16, 8) == (r == 4));
+  CHECK(ftopt::peft::kernel::detail::grads_from_full_product(r, 16, 12) == (r == 4));
+  CHECK(ftopt::peft::kernel::detail::grads_from_full_product(r, 16, 8) == (r == 4));
   torch::manual_seed(dora ? 4 : 1);
   LowRankProjections m;
   const auto lora = with_branches(m, dora, r);
@@ -142,14 +163,19 @@ TEST_CASE("low_rank_linears gives PEFT's LoRA and DoRA formulas, values and grad
     const auto out = ftopt::nn::shared_input_linears<3>(m.layers(), x);
     for (std::size_t i = 0; i < 3; ++i) CHECK(torch::allclose(out[i], want[i], 1e-5, 1e-5));
   }
-  SECTION("switched off: the layer-by-layer path (DoRA's own forward), the same values") {
-    ftopt::test::Switched off(ftopt::nn::low_rank_linears_enabled(), false);
-    check_near_formula(run_low_rank(m, lora, x, false, false, true, &kernel), want, 1e-5);
+  SECTION("KernelOptions::merged_weight off: the layer-by-layer path (DoRA's own forward), the same values") {
+    LowRankProjections twin;
+    const auto twin_lora = with_branches(twin, dora, r, {.merged_weight = false});
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& item : twin.named_parameters()) item.value().copy_(m.named_parameters()[item.key()]);
+    }
+    check_near_formula(run_low_rank(twin, twin_lora, x, false, false, true, &kernel), want, 1e-5);
     CHECK_FALSE(kernel);
   }
 }
 
-TEST_CASE("low_rank_linears trains a LoRA branch on a Linear without bias", "[nn][low_rank_linears]") {
+TEST_CASE("The adapter kernel trains a LoRA branch on a Linear without bias", "[peft][kernel]") {
   // A custom autograd function takes no undefined tensor as an input: the missing bias is none.
   torch::manual_seed(2);
   torch::nn::Sequential net(ftopt::nn::Linear(torch::nn::LinearOptions(16, 12).bias(false)));
@@ -177,7 +203,7 @@ TEST_CASE("low_rank_linears trains a LoRA branch on a Linear without bias", "[nn
   CHECK(torch::allclose(branch.b()->weight.grad(), b.grad(), 1e-4, 1e-5));
 }
 
-TEST_CASE("low_rank_linears is not used where the formula would not hold", "[nn][low_rank_linears]") {
+TEST_CASE("The adapter kernel is not used where the formula would not hold", "[peft][kernel]") {
   torch::manual_seed(2);
   LowRankProjections m;
   const auto x = torch::randn({4, 16});
@@ -185,24 +211,25 @@ TEST_CASE("low_rank_linears is not used where the formula would not hold", "[nn]
     ftopt::peft::Lora lora({.r = 4, .alpha = 8, .dropout = 0.5, .targets = {"query", "value"}});
     lora.attach(m);
     const auto& branch = *lora.branches()[0].second;
-    CHECK_FALSE(branch.low_rank(*m.query).has_value());
-    CHECK_FALSE(ftopt::nn::low_rank_group(m.layers()));
+    CHECK_FALSE(has_low_rank_term(branch, *m.query));
+    CHECK_FALSE(grouped_in_kernel(m));
     m.eval();  // dropout off: the formula holds again
-    CHECK(branch.low_rank(*m.query).has_value());
-    CHECK(ftopt::nn::low_rank_group(m.layers()));
+    CHECK(has_low_rank_term(branch, *m.query));
+    CHECK(grouped_in_kernel(m));
   }
   SECTION("a base weight that trains (its gradient would be needed)") {
     auto lora = with_branches(m);
     m.key->weight.requires_grad_(true);
-    CHECK_FALSE(ftopt::nn::low_rank_group(m.layers()));
+    CHECK_FALSE(grouped_in_kernel(m));
     const auto out = run_low_rank(m, lora, x, false, false);
-    CHECK_FALSE(from_low_rank_kernel(out[0]));
+    CHECK(from_low_rank_kernel(out[0]));        // query alone, its own weight frozen
+    CHECK_FALSE(from_low_rank_kernel(out[1]));  // key, whose weight trains, by itself
     check_near_formula(out, run_low_rank(m, lora, x, true, false), 1e-5);
   }
   SECTION("merged branches or no branch at all: a plain GEMM suffices") {
-    CHECK_FALSE(ftopt::nn::low_rank_group(m.layers()));  // nothing attached (and weights train)
+    CHECK_FALSE(grouped_in_kernel(m));  // nothing attached (and weights train)
     auto lora = with_branches(m);
     lora.merge(m);
-    CHECK_FALSE(ftopt::nn::low_rank_group(m.layers()));
+    CHECK_FALSE(grouped_in_kernel(m));
   }
 }

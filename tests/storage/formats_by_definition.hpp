@@ -13,7 +13,8 @@
 
 #include <torch/torch.h>
 
-#include <ftopt/quant/support/frozen_weight.hpp>
+#include <ftopt/storage/int8_per_channel.hpp>
+#include <ftopt/storage/nf4.hpp>
 
 namespace ftopt::test {
 
@@ -21,7 +22,7 @@ namespace ftopt::test {
 /// blocks of `scaler_block`; int8 per channel as it is.
 template <class Format>
 Format small_format(std::int64_t scaler_block = 4) {
-  if constexpr (std::is_same_v<Format, quant::Nf4>) return quant::Nf4{.block_size = 64, .scaler_block_size = scaler_block};
+  if constexpr (std::is_same_v<Format, storage::Nf4>) return storage::Nf4{.block_size = 64, .scaler_block_size = scaler_block};
   else return Format{};
 }
 
@@ -58,10 +59,10 @@ inline std::pair<std::vector<int>, std::vector<float>> nf4_by_definition(const s
     const int b = static_cast<int>(i) / block;
     const float x = w[i] / absmax[b];
     std::array<float, 16> distance;
-    for (int k = 0; k < 16; ++k) distance[k] = std::abs(x - quant::Nf4::levels[k]);
+    for (int k = 0; k < 16; ++k) distance[k] = std::abs(x - storage::Nf4::levels[k]);
     const int best = static_cast<int>(std::min_element(distance.begin(), distance.end()) - distance.begin());  // the first
     codes[i] = best;
-    out[i] = quant::Nf4::levels[best] * scalers[b];
+    out[i] = storage::Nf4::levels[best] * scalers[b];
   }
   return {codes, out};
 }
@@ -89,7 +90,7 @@ template <class Format>
 at::Tensor dequantized_by_definition(const at::Tensor& w, const Format& format) {
   const auto v = values_of(w);
   std::vector<float> out;
-  if constexpr (std::is_same_v<Format, quant::Nf4>)
+  if constexpr (std::is_same_v<Format, storage::Nf4>)
     out = nf4_by_definition(v, static_cast<int>(format.block_size), static_cast<int>(format.scaler_block_size)).second;
   else {
     const auto [codes, scales] = int8_per_row_by_definition(v, w.size(0), w.size(1));
