@@ -21,6 +21,7 @@
 #include <ftopt/models/vit.hpp>
 #include <ftopt/state.hpp>
 #include <ftopt/trainer_options.hpp>
+#include <ftopt/weights/state_dict.hpp>
 
 namespace ftopt::test {
 
@@ -29,6 +30,18 @@ namespace ftopt::test {
 /// passed (a test that only skips makes no assertion, which -w NoAssertions fails). Return right
 /// after it. Only tests named "CUDA: ..." may skip in CI (scripts/test.sh checks).
 inline void skip(const std::string& why) { WARN("SKIPPED: " << why); }
+
+#ifdef FTOPT_FIXTURES
+/// A file of tests/fixtures (written by tests/fixtures/make_fixtures.py).
+inline std::filesystem::path fixture(const std::string& name) { return std::filesystem::path(FTOPT_FIXTURES) / name; }
+#endif
+
+/// The names of a module's state dict, in order.
+inline std::vector<std::string> state_dict_names(const torch::nn::Module& module) {
+  std::vector<std::string> out;
+  for (const auto& item : weights::state_dict(module)) out.push_back(item.key());
+  return out;
+}
 
 /// The outputs, then the gradients of `x` and of every parameter of `module` that trains, after a
 /// backward of sum(out_i * g_i) with fixed random g_i (seed 3). A gradient the outputs do not

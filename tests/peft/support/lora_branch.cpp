@@ -7,7 +7,7 @@
 
 #include <ftopt/peft/lora.hpp>
 
-#include "../support.hpp"
+#include "../../support.hpp"
 
 using namespace ftopt;
 

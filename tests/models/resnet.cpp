@@ -1,24 +1,22 @@
-// Tests for include/ftopt/models/: the reference models against the Python models they copy.
-// Fixtures come from tests/fixtures/make_fixtures.py (torchvision 0.14.1, PyTorch 1.13.1).
+// Tests for include/ftopt/models/resnet.hpp: torchvision's ResNets, name for name and logit for
+// logit (fixtures from tests/fixtures/make_fixtures.py, torchvision 0.14.1, PyTorch 1.13.1).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include <torch/torch.h>
 
-#include <ftopt/models/mlp.hpp>
 #include <ftopt/models/resnet.hpp>
-#include <ftopt/models/vit.hpp>
-#include <ftopt/nn/names.hpp>
 #include <ftopt/weights/files.hpp>
 
+#include "../support.hpp"
+
 using namespace ftopt;
+using ftopt::test::fixture;
 
 namespace {
-std::filesystem::path fixture(const std::string& name) {
-  return std::filesystem::path(FTOPT_FIXTURES) / name;
-}
 
 /// "name shape dtype" lines of a model's state dict, as make_fixtures.py writes them.
 std::vector<std::string> described(const torch::nn::Module& module) {
@@ -59,6 +57,7 @@ void deterministic_fill(torch::nn::Module& module) {
     ++k;
   }
 }
+
 } // namespace
 
 TEST_CASE("ResNet-18/34/50 have torchvision's state dicts, name for name", "[models][resnet]") {
@@ -89,23 +88,4 @@ TEST_CASE("Small ResNets run on 28x28 with the same names", "[models][resnet]") 
   CHECK(std::find(names.begin(), names.end(), "layer3.0.bn2.running_var") != names.end());
   CHECK_THROWS_WITH(models::ResNet({.layers = {1, 1}, .widths = {8}}),
                     Catch::Contains("layers and widths need the same, non-zero length, got 2 and 1"));
-}
-
-TEST_CASE("ViT loads a Hugging Face-named checkpoint and gives its logits", "[models][vit]") {
-  models::ViT vit({.image_size = 28, .patch_size = 7, .channels = 1, .hidden = 32, .layers = 2,
-                   .heads = 4, .intermediate = 64, .num_labels = 10});
-  auto report = weights::load(*vit, fixture("hf_vit_tiny.safetensors"));  // strict: every name matches
-  CHECK(report.loaded == weights::state_dict(*vit).size());
-  auto io = weights::load_safetensors(fixture("hf_vit_tiny_io.safetensors"));
-  vit->eval();
-  torch::NoGradGuard no_grad;
-  CHECK(torch::allclose(vit->forward(io["pixels"]), io["logits"], 1e-4, 1e-5));
-  CHECK(torch::allclose(vit->forward(io["pixels"].squeeze(1)), io["logits"], 1e-4, 1e-5));  // [B, H, W] too
-}
-
-TEST_CASE("The MLP's names follow Python's nn.Sequential", "[models]") {
-  models::Mlp mlp({.in = 4, .hidden = {8, 8}, .out = 2, .dropout = 0.1});
-  auto names = weights::state_dict(*mlp).keys();
-  CHECK(names == std::vector<std::string>{"layers.0.weight", "layers.0.bias", "layers.3.weight", "layers.3.bias",
-                                          "layers.6.weight", "layers.6.bias"});
 }
