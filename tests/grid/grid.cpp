@@ -1,22 +1,15 @@
-// The policy grid: the cartesian product filtered by the combination rules at compile time,
-// selection by name at run time, the report's marks (flags, Pareto front, the choice), runs
-// and autotune on a small model, and the profiler's Chrome trace. The report as documents:
-// tests/report/grid.cpp.
+// Tests for include/ftopt/grid/grid.hpp: the cartesian product filtered by the combination rules
+// at compile time, selection by name at run time, variants of one Trainer type. The report's
+// marks: report.cpp; runs and autotune: run.cpp; the report as documents: tests/report/grid.cpp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 
-#include <fstream>
-#include <sstream>
-
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
-#include <ftopt/callbacks/profile.hpp>
-#include <ftopt/grid/run.hpp>
 
 #include "../support.hpp"
-#include "sample_report.hpp"
 
 using namespace ftopt;
 using Catch::Matchers::Contains;
@@ -152,160 +145,4 @@ TEST_CASE("grid::Variants: one Trainer type under several names, each a setting 
     // rsLoRA scales by alpha / sqrt(r) instead of alpha / r: the same parameters, another run.
     CHECK(report.results[2].trainable == report.results[1].trainable);
   }
-}
-
-TEST_CASE("Report: flags below the bound and the Pareto front", "[grid]") {
-  const auto report = test::sample_report();
-  // Baseline 90.0%, bound 0.5 points: adapter (89.0) and freeze (88.0) are flagged.
-  CHECK_FALSE(report.results[1].flagged);
-  CHECK(report.results[2].flagged);
-  CHECK(report.results[4].flagged);
-  // The front: lora (fastest), prefix (most accurate), and full, which neither beats on both
-  // counts (lora is faster but less accurate, prefix more accurate but slower).
-  CHECK(report.results[0].pareto);
-  CHECK(report.results[1].pareto);
-  CHECK(report.results[3].pareto);
-  CHECK_FALSE(report.results[2].pareto);  // lora is faster and more accurate
-  CHECK_FALSE(report.results[4].pareto);
-  CHECK_FALSE(report.results[5].pareto);  // did not run
-  CHECK(report.fastest_within_bound().combination.peft == "lora");
-}
-
-TEST_CASE("grid::run and autotune on a small model: baseline first, errors reported, the budget", "[grid]") {
-  using G = grid::Grid<grid::Axis<precision::Fp32>, grid::Axis<peft::Full, peft::Lora>, grid::Axis<memory::None>,
-                       grid::Axis<parallel::Single>, grid::Axis<quant::None, quant::DynamicInt8, quant::Qat>>;
-  auto train = test::random_batches(4, 32, 3);
-  auto held_out = test::random_batches(2, 64, 4);
-  const auto make = [] { return test::small_mlp(5); };
-  const grid::Settings settings(peft::Lora({.r = 2, .alpha = 4, .targets = {"0"}}));
-  const grid::RunOptions options{.trainer = test::quiet(), .steps = 6};
-
-  const auto report = grid::run<G>(make, train, held_out, options, settings);
-  REQUIRE(report.results.size() == 6);
-  CHECK(report.results[0].combination == grid::Combination{});
-  for (std::size_t i = 0; i < report.results.size(); ++i) {
-    const auto& r = report.results[i];
-    if (r.combination.peft == "lora" && r.combination.quant == "qat") {
-      CHECK_THAT(r.error, Contains("quant::Qat: layer 'layers.0' carries another extension"));
-      continue;
-    }
-    INFO(r.combination.key() << ": " << r.error);
-    REQUIRE(r.ran());
-    CHECK(r.step_ms > 0);
-    CHECK((r.accuracy >= 0 && r.accuracy <= 1));
-    CHECK(r.samples_per_second > 0);
-  }
-  // LoRA trains fewer parameters than full fine-tuning.
-  CHECK(report.results[3].combination.peft == "lora");
-  CHECK(report.results[3].trainable < report.results[0].trainable);
-
-  SECTION("autotune: its choice ran, is within the bound, and nothing within it is faster") {
-    // The rule, stated here: among the results that ran with accuracy >= baseline - bound, the
-    // smallest step time; the baseline when none beats it.
-    auto options_any = options;
-    options_any.bound = 1.0;  // every accuracy is within
-    const auto choice = grid::autotune<G>(make, train, held_out, options_any, settings);
-    const auto& results = choice.evidence.results;
-    const auto chosen = std::find_if(results.begin(), results.end(),
-                                     [&](const grid::Result& r) { return r.combination == choice.best; });
-    REQUIRE(chosen != results.end());
-    CHECK(chosen->ran());
-    for (const auto& r : results)
-      if (r.ran()) CHECK(r.step_ms >= chosen->step_ms);
-  }
-  SECTION("autotune: a spent budget runs only the baseline, and chooses it") {
-    auto hurried = options;
-    hurried.budget_seconds = 1e-9;
-    const auto choice = grid::autotune<G>(make, train, held_out, hurried, settings);
-    CHECK(choice.best == grid::Combination{});
-    CHECK(choice.evidence.results.size() == 6);
-    CHECK(choice.evidence.results[1].error == "the time budget was spent");
-  }
-  SECTION("learning rates: lr times the Peft policy's scale, 1 for a policy without one") {
-    const grid::RunOptions scaled{.lr = 2e-3, .lr_scale = {{"lora", 3.0}}};
-    CHECK(scaled.lr_for({.peft = "lora"}) == Approx(6e-3));
-    CHECK(scaled.lr_for({.peft = "full"}) == Approx(2e-3));
-    CHECK(scaled.lr_for({.peft = "adapter"}) == Approx(2e-3));
-  }
-  SECTION("bad options") {
-    auto bad = options;
-    bad.steps = 1;
-    CHECK_THAT(test::message_of([&] { grid::run<G>(make, train, held_out, bad, settings); }),
-               Contains("grid::RunOptions: steps must be >= 2"));
-  }
-}
-
-TEST_CASE("autotune takes the precisions and the Peft policies in turn, so a budget that ends part-way has tried each",
-          "[grid]") {
-  using grid::Combination;
-  // The order written out: the precisions alternate; within each, every Peft policy's first
-  // combination comes before any policy's second, each policy's own in grid order.
-  const Combination fp32_full, fp32_lora{.peft = "lora"}, fp32_adapter{.peft = "adapter"};
-  const Combination fp32_full_ckpt{.memory = "checkpoint"}, fp32_lora_ckpt{.peft = "lora", .memory = "checkpoint"};
-  const Combination bf16_full{.precision = "bf16"}, bf16_lora{.precision = "bf16", .peft = "lora"};
-  const Combination bf16_full_ckpt{.precision = "bf16", .memory = "checkpoint"};
-  const std::vector<Combination> grid_order = {fp32_full, fp32_full_ckpt, fp32_lora, fp32_lora_ckpt, fp32_adapter,
-                                               bf16_full, bf16_full_ckpt, bf16_lora};
-  const std::vector<Combination> in_turn = {fp32_full,    bf16_full,      fp32_lora,      bf16_lora,
-                                            fp32_adapter, bf16_full_ckpt, fp32_full_ckpt, fp32_lora_ckpt};
-  CHECK(grid::detail::autotune_order(grid_order) == in_turn);
-
-  using G = grid::Grid<grid::Axis<precision::Fp32, precision::Bf16Mixed>, grid::Axis<peft::Full, peft::Lora>,
-                       grid::Axis<memory::None>, grid::Axis<parallel::Single>, grid::Axis<quant::None, quant::DynamicInt8>>;
-  auto train = test::random_batches(2, 32, 3);
-  auto held_out = test::random_batches(1, 64, 4);
-  const auto make = [] { return test::small_mlp(5); };
-  const grid::Settings settings(peft::Lora({.r = 2, .alpha = 4, .targets = {"0"}}));
-  const auto choice = grid::autotune<G>(make, train, held_out, {.trainer = test::quiet(), .steps = 2}, settings);
-  std::vector<std::string> ran;
-  for (const auto& r : choice.evidence.results) ran.push_back(r.combination.key());
-  CHECK(ran == std::vector<std::string>{"fp32/full/none/single/none", "bf16/full/none/single/none",
-                                        "fp32/lora/none/single/none", "bf16/lora/none/single/none",
-                                        "fp32/full/none/single/dynamic-int8", "bf16/full/none/single/dynamic-int8",
-                                        "fp32/lora/none/single/dynamic-int8", "bf16/lora/none/single/dynamic-int8"});
-  // grid::run keeps the grid order.
-  const auto report = grid::run<G>(make, train, held_out, {.trainer = test::quiet(), .steps = 2}, settings);
-  CHECK(report.results[1].combination.key() == "fp32/full/none/single/dynamic-int8");
-}
-
-TEST_CASE("Report::fastest_within_bound picks by the numbers, not by position", "[grid]") {
-  // A report written by hand: what autotune chooses from. The baseline is 10 ms at 90%.
-  grid::Report report;
-  report.bound = 0.005;
-  const auto result = [](std::string peft, double ms, double accuracy, std::string error = "") {
-    return grid::Result{.combination = {.peft = std::move(peft)}, .step_ms = ms, .accuracy = accuracy,
-                        .error = std::move(error)};
-  };
-  report.results = {result("full", 10, 0.900), result("lora", 6, 0.880), result("adapter", 7, 0.896),
-                    result("prefix", 2, 0.0, "did not run")};
-  // lora is fastest but 2 points down; prefix did not run; adapter is 0.4 points down: within.
-  CHECK(report.fastest_within_bound().combination.peft == "adapter");
-  report.bound = 0.03;  // now lora's 2 points are within
-  CHECK(report.fastest_within_bound().combination.peft == "lora");
-  report.bound = 0.0;   // nothing below the baseline's accuracy: the baseline
-  CHECK(report.fastest_within_bound().combination.peft == "full");
-}
-
-TEST_CASE("callbacks::Profile: a Chrome trace with ftopt's step phases and ATen's ops", "[grid][profile]") {
-  test::ScratchDir dir("profile");
-  auto model = test::small_mlp(6);
-  auto batches = test::random_batches(6, 16, 7);
-  Trainer<> trainer(test::quiet());
-  auto& params = trainer.prepare(model);
-  torch::optim::SGD optimizer(params, 0.1);
-  callbacks::Profile profile({.path = dir.path / "trace.json", .wait = 1, .steps = 2});
-  trainer.fit(model, optimizer, batches, profile);
-  REQUIRE(profile.written());
-  std::ifstream in(dir.path / "trace.json");
-  const std::string trace((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  CHECK(trace.find('[') < trace.find('{'));  // a JSON array of events, as chrome://tracing reads
-  for (const char* name : {"ftopt::data", "ftopt::forward", "ftopt::backward", "ftopt::optimizer_step", "aten::addmm"})
-    CHECK_THAT(trace, Contains(name));
-  // Two steps recorded: two forwards.
-  std::size_t forwards = 0;
-  for (auto at = trace.find("\"ftopt::forward\""); at != std::string::npos; at = trace.find("\"ftopt::forward\"", at + 1))
-    ++forwards;
-  CHECK(forwards == 2);
-  CHECK_THAT(test::message_of([] { callbacks::Profile({.steps = 0}); }),
-             Contains("callbacks::Profile: wait must be >= 0 and steps >= 1, got wait 1, steps 0"));
 }

@@ -1,4 +1,4 @@
-// Tests for include/ftopt/peft/lora.hpp and peft/files/lora.hpp, against HF PEFT's LoRA semantics
+// Tests for include/ftopt/peft/lora.hpp against HF PEFT's LoRA semantics
 // (peft/tuners/lora/layer.py: y = W x + b + scaling * B(A(dropout(x))), scaling = alpha / r or
 // alpha / sqrt(r) with use_rslora; A Kaiming-uniform a = sqrt(5), B zeros; merge W += scaling B A).
 #include <catch2/catch.hpp>
@@ -6,12 +6,10 @@
 #include <fstream>
 #include <map>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
 #include <ftopt/peft/lora.hpp>
-#include <ftopt/peft/files/lora.hpp>
 
 #include "../support.hpp"
 
@@ -104,46 +102,6 @@ TEST_CASE("Training with Lora moves only the adapters", "[peft][lora]") {
   CHECK(torch::equal(model->named_parameters()["vit.encoder.layer.0.attention.attention.query.weight"], frozen_before));
 }
 
-TEST_CASE("Adapters save and load with PEFT's names and config", "[peft][lora]") {
-  const auto dir = std::filesystem::temp_directory_path() / ("ftopt-lora-" + std::to_string(::getpid()));
-  auto model = test::tiny_vit(6);
-  peft::LoraOptions settings{.r = 4, .alpha = 16, .dropout = 0.1, .targets = {"query", "value"}, .modules_to_save = {"classifier"}};
-  LoraTrainer trainer({.epochs = 2, .device = torch::kCPU, .report_hardware = false}, {}, settings);
-  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-2));
-  torch::manual_seed(7);
-  trainer.fit(model, optimizer, test::Batches{{torch::randn({16, 1, 28, 28}), torch::randint(0, 10, {16})}});
-  peft::save_adapter(*model, trainer.peft(), dir);
-
-  auto file = weights::load_safetensors(dir / "adapter_model.safetensors");
-  CHECK(file.size() == 10);  // 8 LoRA matrices + classifier weight and bias
-  CHECK(file.contains("base_model.model.vit.encoder.layer.1.attention.attention.value.lora_A.weight"));
-  std::ifstream in(dir / "adapter_config.json");
-  auto config = nlohmann::json::parse(in);
-  CHECK(config["peft_type"] == "LORA");
-  CHECK(config["r"] == 4);
-  CHECK(config["lora_alpha"] == 16.0);
-  CHECK(config["target_modules"] == nlohmann::json({"query", "value"}));
-  CHECK(config["bias"] == "none");
-
-  auto restored_settings = peft::lora_config(dir);
-  CHECK(restored_settings.r == 4);
-  CHECK(restored_settings.alpha == 16);
-  auto fresh = test::tiny_vit(6);  // the same base weights, as a user's pretrained model would be
-  LoraTrainer other(quiet(), {}, restored_settings);
-  other.prepare(fresh);
-  auto report = peft::load_adapter(*fresh, dir);
-  CHECK(report.loaded == 10);
-  model->eval();
-  fresh->eval();
-  auto x = torch::randn({2, 1, 28, 28});
-  CHECK(torch::allclose(fresh->forward(x), model->forward(x)));
-
-  auto bare = test::tiny_vit(6);  // no Lora attached: the adapter's tensors have no place
-  CHECK_THAT(test::message_of([&] { peft::load_adapter(*bare, dir); }),
-             Catch::Contains("have no place in the model (is the same adapter attached?)"));
-  std::filesystem::remove_all(dir);
-}
-
 TEST_CASE("Lora names its mistakes", "[peft][lora][errors]") {
   CHECK_THAT(test::message_of([] { LoraTrainer(quiet(), {}, peft::Lora({.r = 0})); }), Catch::Contains("Lora: r must be > 0, got 0"));
   CHECK_THAT(test::message_of([] { LoraTrainer(quiet(), {}, peft::Lora({.dropout = 1.5})); }),
@@ -175,45 +133,6 @@ TEST_CASE("Lora under Bf16Mixed, with a kept head, and PEFT's trainable report",
   auto summary = trainer.fit(model, optimizer, test::Batches{{torch::randn({32, 1, 28, 28}), torch::randint(0, 10, {32})}});
   CHECK(summary.epochs.back().loss < summary.epochs.front().loss);
   for (auto& p : trainer.trainable_parameters()) CHECK(p.scalar_type() == torch::kFloat);
-}
-
-TEST_CASE("AdapterNames map ftopt's ViT names to the ones transformers 5 and PEFT use", "[peft][lora]") {
-  // Expected names written out from transformers 5's ViT (vit.layers.N.attention.q_proj, ...,
-  // mlp.fc1/fc2) and PEFT's LoraLayer (the adapted Linear's own tensors under base_layer);
-  // peer.lora checks the same table against the live libraries.
-  auto model = test::tiny_vit(6);
-  peft::Lora lora({.r = 2, .alpha = 4, .targets = {"query", "value"}});
-  lora.attach(*model);
-  const auto names = peft::transformers_vit_names();
-  std::map<std::string, std::string> peft_key;
-  for (const auto& [own, theirs] : peft::peft_keys(*model, names)) peft_key[own] = theirs;
-  CHECK(peft_key.at("vit.encoder.layer.0.attention.attention.query.lora_A.weight") ==
-        "vit.layers.0.attention.q_proj.lora_A.weight");
-  CHECK(peft_key.at("vit.encoder.layer.1.attention.attention.value.bias") == "vit.layers.1.attention.v_proj.base_layer.bias");
-  CHECK(peft_key.at("vit.encoder.layer.1.attention.attention.key.weight") == "vit.layers.1.attention.k_proj.weight");
-  CHECK(peft_key.at("vit.encoder.layer.0.attention.output.dense.weight") == "vit.layers.0.attention.o_proj.weight");
-  CHECK(peft_key.at("vit.encoder.layer.0.intermediate.dense.weight") == "vit.layers.0.mlp.fc1.weight");
-  CHECK(peft_key.at("vit.encoder.layer.0.output.dense.weight") == "vit.layers.0.mlp.fc2.weight");
-  CHECK(peft_key.at("classifier.weight") == "classifier.weight");
-  // No rules: the names stay, only PEFT's base_layer is added.
-  CHECK(peft::peft_keys(*model, {}).front().first == peft::peft_keys(*model, {}).front().second);
-
-  auto texts = [](const nn::NamePatterns& patterns) {
-    std::vector<std::string> out;
-    for (const auto& p : patterns) out.push_back(p.text);
-    return out;
-  };
-  const auto to_peft = peft::patterns_to_peft(*model, {"query", "value"}, names);
-  CHECK(texts(to_peft) == std::vector<std::string>{"q_proj", "v_proj"});
-  CHECK(texts(peft::patterns_from_peft(*model, to_peft, names)) == std::vector<std::string>{"query", "value"});
-  // A rule replaces the first place its literal fragment occurs, each rule in turn.
-  CHECK(peft::AdapterNames{{{"a.", "b."}, {"b.c", "d"}}}.module("x.a.a.c") == "x.b.a.c");
-  CHECK(peft::AdapterNames{{{"a.", "b."}, {"b.a", "d"}}}.module("x.a.a.c") == "x.d.c");
-  // A regular expression (as transformers' rules are written) is refused, not read as text.
-  CHECK_THAT(test::message_of([] { peft::AdapterNames{{{R"(encoder\.layer\.)", "layers."}}}.module("a.b"); }),
-             Catch::Contains("AdapterNames: the rule 'encoder\\.layer\\.' -> 'layers.' is not literal text"));
-  CHECK_THAT(test::message_of([] { peft::AdapterNames{{{"", "x"}}}.module("a.b"); }),
-             Catch::Contains("AdapterNames: the rule '' -> 'x' is not literal text"));
 }
 
 TEST_CASE("LoRA+ groups, as PEFT's create_loraplus_optimizer makes them", "[peft][lora][loraplus]") {
@@ -268,38 +187,6 @@ TEST_CASE("LoRA+ groups, as PEFT's create_loraplus_optimizer makes them", "[peft
   auto whole = full.parameter_groups(full_model, torch::optim::SGDOptions(0.1));
   REQUIRE(whole.size() == 1);
   CHECK(whole[0].params().size() == full_model->parameters().size());
-}
-
-TEST_CASE("DoRA and PiSSA adapters save and load with PEFT's fields", "[peft][lora][dora]") {
-  test::ScratchDir dir("lora-dora-pissa");
-  auto model = test::tiny_vit(45);
-  const peft::LoraOptions settings{.r = 4, .alpha = 8, .targets = {"query", "value"}, .dora = true,
-                                   .init = peft::LoraInit::Pissa};
-  LoraTrainer trainer(quiet({.epochs = 2}), {}, settings);
-  torch::optim::AdamW optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-2));
-  torch::manual_seed(46);
-  trainer.fit(model, optimizer, test::Batches{{torch::randn({16, 1, 28, 28}), torch::randint(0, 10, {16})}});
-  peft::save_adapter(*model, trainer.peft(), dir.path);
-
-  auto file = weights::load_safetensors(dir.path / "adapter_model.safetensors");
-  CHECK(file.size() == 12);  // A, B and the magnitude of 4 layers
-  CHECK(file.contains("base_model.model.vit.encoder.layer.0.attention.attention.query.lora_magnitude_vector"));
-  std::ifstream in(dir.path / "adapter_config.json");
-  auto config = nlohmann::json::parse(in);
-  CHECK(config["use_dora"] == true);
-  CHECK(config["init_lora_weights"] == "pissa");
-
-  const auto restored = peft::lora_config(dir.path);
-  CHECK(restored.dora);
-  CHECK(restored.init == peft::LoraInit::Pissa);
-  auto fresh = test::tiny_vit(45);  // the original base: attaching factors it again
-  LoraTrainer other(quiet(), {}, restored);
-  other.prepare(fresh);
-  CHECK(peft::load_adapter(*fresh, dir.path).loaded == 12);
-  model->eval();
-  fresh->eval();
-  auto x = torch::randn({2, 1, 28, 28});
-  CHECK(torch::allclose(fresh->forward(x), model->forward(x), 1e-5, 1e-6));
 }
 
 TEST_CASE("Lora's variants name their mistakes", "[peft][lora][errors]") {
