@@ -1,5 +1,6 @@
-// parallel::Ddp, parallel::Group, parallel::Environment and parallel::launch, with real
-// processes on localhost over Gloo (the worker is tests/parallel/ddp_worker.cpp).
+// Tests for include/ftopt/parallel/ddp.hpp: parallel::Ddp with real processes on localhost over
+// Gloo (the worker is tests/parallel/ddp_worker.cpp). The environment, launch and the backends'
+// registration: tests/parallel/support/.
 //
 // The reference for every multi-process check is DDP's contract (PyTorch docs, "DistributedData
 // Parallel"): with the loss a mean over each rank's batch, the all-reduced gradient is the mean
@@ -76,71 +77,6 @@ void check_against(const ScratchDir& dir, const Ranks& ranks, const Reference& r
 
 using namespace ddp_test;
 
-TEST_CASE("Environment reads torchrun's variables and names a bad one", "[parallel]") {
-  ScopedEnv master("MASTER_ADDR", "10.0.0.7"), port("MASTER_PORT", "29511"), rank("RANK", "1"),
-      world("WORLD_SIZE", "4"), local("LOCAL_RANK", "1");
-  auto env = parallel::Environment::from_env();
-  CHECK(env.master() == "10.0.0.7:29511");
-  CHECK(env.rank == 1);
-  CHECK(env.world_size == 4);
-  CHECK(env.local_rank == 1);
-
-  SECTION("alone: rank 0 of 1") {
-    ScopedEnv w("WORLD_SIZE", nullptr), r("RANK", nullptr);
-    CHECK(parallel::Environment::from_env().world_size == 1);
-  }
-  SECTION("not a number") {
-    ScopedEnv r("RANK", "one");
-    CHECK_THAT(test::message_of([] { parallel::Environment::from_env(); }),
-               Contains("RANK='one' is not a non-negative integer"));
-  }
-  SECTION("rank outside the world") {
-    ScopedEnv r("RANK", "4");
-    CHECK_THAT(test::message_of([] { parallel::Environment::from_env(); }),
-               Contains("RANK=4 is outside 0..3 (WORLD_SIZE=4)"));
-  }
-  SECTION("a port that is no port") {
-    ScopedEnv p("MASTER_PORT", "70000");
-    CHECK_THAT(test::message_of([] { parallel::Environment::from_env(); }),
-               Contains("MASTER_PORT=70000 is not a port number"));
-  }
-  SECTION("several processes need the master") {
-    ScopedEnv m("MASTER_ADDR", nullptr);
-    CHECK_THAT(test::message_of([] { parallel::Environment::from_env(); }),
-               Contains("WORLD_SIZE=4 but MASTER_ADDR is not set"));
-  }
-}
-
-TEST_CASE("launch gives each rank torchrun's variables, its own log, and reports the first failure",
-          "[parallel][launch]") {
-  ScratchDir dir("launch");
-  std::ostringstream log;
-  SECTION("all succeed") {
-    auto result = parallel::launch({.nproc = 3, .log_dir = dir.path, .log = &log},
-                                   {"sh", "-c", "echo $RANK/$WORLD_SIZE/$LOCAL_RANK@$MASTER_ADDR:$MASTER_PORT"});
-    CHECK(result.code() == 0);
-    for (int r = 0; r < 3; ++r) {
-      const auto text = read_text(dir.path / ("rank" + std::to_string(r) + ".log"));
-      CHECK_THAT(text, Contains(std::to_string(r) + "/3/" + std::to_string(r) + "@127.0.0.1:"));
-    }
-  }
-  SECTION("one fails: its status, and the others are stopped after the grace period") {
-    const auto start = std::chrono::steady_clock::now();
-    auto result = parallel::launch({.nproc = 2, .log_dir = dir.path, .grace = std::chrono::milliseconds(300), .log = &log},
-                                   {"sh", "-c", "if [ $RANK = 1 ]; then exit 7; fi; exec sleep 60"});
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    CHECK(result.first_failed == 1);
-    CHECK(result.code() == 7);
-    CHECK(result.status[0] == 128 + SIGTERM);
-    CHECK(seconds < 10);
-    CHECK_THAT(log.str(), Contains("rank 1 exited with status 7"));
-  }
-  SECTION("a program that does not exist") {
-    CHECK_THAT(test::message_of([&] { parallel::launch({.nproc = 2, .log = &log}, {"/nonexistent/program"}); }),
-               Contains("cannot start '/nonexistent/program' for rank 0"));
-  }
-}
-
 /// Ddp as rank 0 of 1 on `device` against parallel::Single: the same weights after 3 steps.
 static void check_alone_equals_single(torch::Device device) {
   auto [x, y] = test::ddp::data(3);
@@ -205,33 +141,6 @@ TEST_CASE("Ddp: a wrong WORLD_SIZE or an unreachable MASTER_ADDR is a clear erro
                         std::to_string(env.master_port)));
   }
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
-}
-
-TEST_CASE("Ddp: a backend the program did not include, or this build lacks, is named with its header",
-          "[parallel][ddp][errors]") {
-  if (!have_gloo()) return;
-  // This program includes <ftopt/parallel/gloo.hpp> (ranks.hpp); take its registration away for
-  // the case, as in a program that does not, and put it back after.
-  auto& entry = parallel::detail::backend_entry(parallel::Backend::Gloo);
-  const parallel::detail::BackendEntry registered = entry;
-  const ftopt::detail::ScopeExit restore([&] { entry = registered; });
-  auto model = test::ddp::model(1);
-  auto prepare = [&] {
-    Trainer<precision::Fp32, peft::Full, memory::None, parallel::Ddp> trainer(
-        test::ddp::trainer_options(1), {}, {}, {}, parallel::Ddp({.environment = parallel::Environment{}}));
-    trainer.prepare(model);
-  };
-  SECTION("no header registered it") {
-    entry = {};
-    CHECK_FALSE(parallel::has_backend(parallel::Backend::Gloo));
-    CHECK_THAT(test::message_of(prepare),
-               Contains("the gloo backend is not in this program: include <ftopt/parallel/gloo.hpp>"));
-  }
-  SECTION("the header says this build has none") {
-    entry = {nullptr, "Gloo's headers were not found"};
-    CHECK_THAT(test::message_of(prepare),
-               Contains("this build has no gloo backend (Gloo's headers were not found)"));
-  }
 }
 
 TEST_CASE("Ddp: a constant buffer the model lacks is named", "[parallel][ddp][errors]") {

@@ -24,6 +24,7 @@ using Ia3Trainer = Trainer<precision::Fp32, peft::Ia3>;
 TEST_CASE("IA3 adapters save and load with PEFT's names and config", "[peft][ia3]") {
   test::ScratchDir dir("ia3-files");
   auto model = test::tiny_vit(54);
+  const nn::NamePattern mlp_output = nn::regex(R"((.*\.)?layer\.\d+\.output\.dense)");
   const peft::Ia3Options settings{.targets = {"key", "value", mlp_output}, .feedforward = {mlp_output},
                                   .modules_to_save = {"classifier"}};
   Ia3Trainer trainer(quiet({.epochs = 2}), {}, settings);
