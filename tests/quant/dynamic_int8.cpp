@@ -158,79 +158,6 @@ TEST_CASE("DynamicInt8 on a model: keep_float, Trainer::finalize after LoRA, err
   }
 }
 
-TEST_CASE("save_int8 / load_int8: the same outputs from a file a quarter the size", "[quant][int8][files]") {
-  ScratchDir dir("int8");
-  torch::manual_seed(6);
-  models::Mlp model({.in = 64, .hidden = {128}, .out = 10});
-  auto x = torch::randn({8, 64});
-  weights::save(*model, dir.path / "float.safetensors");
-  quant::DynamicInt8 policy({.granularity = quant::Granularity::PerChannel});
-  policy.convert(*model);
-  const auto converted = model->forward(x).detach();
-  quant::save_int8(*model, dir.path / "int8.safetensors");
-  const auto float_bytes = std::filesystem::file_size(dir.path / "float.safetensors");
-  const auto int8_bytes = std::filesystem::file_size(dir.path / "int8.safetensors");
-  CHECK(int8_bytes < float_bytes / 3);
-
-  torch::manual_seed(99);  // other float weights: the file must replace them all
-  models::Mlp fresh({.in = 64, .hidden = {128}, .out = 10});
-  const auto layers = quant::load_int8(*fresh, dir.path / "int8.safetensors");
-  CHECK(layers == std::vector<std::string>{"layers.0", "layers.2"});
-  CHECK(torch::equal(fresh->forward(x), converted));
-
-  SECTION("a model of another shape is refused by name, untouched") {
-    models::Mlp other({.in = 64, .hidden = {64}, .out = 10});
-    const auto before = test::snapshot(*other);
-    CHECK_THAT(test::message_of([&] { quant::load_int8(*other, dir.path / "int8.safetensors"); }),
-               Contains("'layers.0'.weight has shape [128, 64], the model's layer [64, 64]"));
-    CHECK(test::same_values(before, test::snapshot(*other)));
-  }
-}
-
-// ---- Observers and StaticInt8 (torch/ao/quantization/observer.py, _calculate_qparams) ----
-
-TEST_CASE("Observers: ranges and affine quint8 parameters as PyTorch computes them", "[quant][observer]") {
-  const auto a = torch::tensor({-1.0, 0.5, 2.0}), b = torch::tensor({-3.0, 1.0});
-  SECTION("MinMax") {
-    quant::Observer o;
-    o.observe(a), o.observe(b);
-    CHECK(o.range("x") == std::pair{-3.0, 2.0});
-    // scale = (2 - -3) / 255, zero_point = 0 - round(-3 / scale) = round(153) = 153
-    const auto [scale, zp] = o.qparams(false, "x");
-    CHECK(scale == Approx(5.0 / 255));
-    CHECK(zp == 153);
-    const auto [scale7, zp7] = o.qparams(true, "x");
-    CHECK(scale7 == Approx(5.0 / 127));
-    CHECK(zp7 == 76);  // round(76.2)
-  }
-  SECTION("MovingAverageMinMax: min += 0.01 (batch min - min)") {
-    quant::Observer o({.kind = quant::ObserverKind::MovingAverageMinMax});
-    o.observe(a), o.observe(b);
-    CHECK(o.range("x").first == Approx(-1.0 + 0.01 * (-3.0 - -1.0)));
-    CHECK(o.range("x").second == Approx(2.0 + 0.01 * (1.0 - 2.0)));
-  }
-  SECTION("a range that excludes 0 is widened to include it") {
-    quant::Observer o;
-    o.observe(torch::tensor({1.0, 3.0}));
-    const auto [scale, zp] = o.qparams(false, "x");
-    CHECK(scale == Approx(3.0 / 255));
-    CHECK(zp == 0);
-  }
-  SECTION("Percentile ignores the outlier that MinMax follows") {
-    quant::Observer p({.kind = quant::ObserverKind::Percentile, .percentile = 99.0}), m;
-    auto x = torch::linspace(-1, 1, 1001);
-    x[500] = 100.0;
-    p.observe(x), m.observe(x);
-    CHECK(m.range("x").second == 100.0);
-    CHECK(p.range("x").second < 1.0);
-  }
-  SECTION("nothing observed is an error naming the tensor") {
-    quant::Observer o;
-    CHECK_THAT(test::message_of([&] { o.qparams(false, "layer 'fc' input"); }),
-               Contains("no calibration data reached layer 'fc' input"));
-  }
-}
-
 TEST_CASE("StaticInt8: calibrated, deterministic, close to float, and its errors", "[quant][static]") {
   torch::manual_seed(8);
   models::Mlp model({.in = 32, .hidden = {64}, .out = 10});
@@ -384,24 +311,4 @@ TEST_CASE("Qat in the Trainer: trains, converts, a LoRA layer is refused", "[qua
     CHECK_THAT(test::message_of([&] { trainer.prepare(model); }),
                Contains("quant::Qat: layer 'layers.0' carries another extension (a LoRA branch?)"));
   }
-}
-
-TEST_CASE("save_int8 / load_int8 keep a static model's activation parameters", "[quant][static][files]") {
-  ScratchDir dir("int8-static");
-  torch::manual_seed(12);
-  models::Mlp model({.in = 32, .hidden = {64}, .out = 10});
-  model->eval();
-  auto x = torch::randn({64, 32});
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> calibration{{x, torch::zeros({64}, torch::kLong)}};
-  quant::StaticInt8 policy;
-  policy.calibrate(model, calibration);
-  policy.convert(*model);
-  const auto converted = model->forward(x).detach();
-  quant::save_int8(*model, dir.path / "static.safetensors");
-  models::Mlp fresh({.in = 32, .hidden = {64}, .out = 10});
-  fresh->eval();
-  quant::load_int8(*fresh, dir.path / "static.safetensors");
-  auto modules = fresh->named_modules("", false);
-  CHECK(std::dynamic_pointer_cast<quant::StaticInt8Linear>(modules["layers.0"]->as<ftopt::nn::LinearImpl>()->extension()));
-  CHECK(torch::equal(fresh->forward(x), converted));
 }
