@@ -31,6 +31,7 @@
 ///   trainer.prepare(model);
 ///   trainer.peft().base_bytes();   // the packed bases' bytes (float_base_bytes(): as float32)
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -63,10 +64,8 @@ public:
       : Adapted(branch->kernel()), branch_(std::move(branch)), format_(format) {
     torch::NoGradGuard no_grad;
     packed_ = format_.quantize(layer.weight);
-    packed_.data = layer.register_buffer("weight_packed", packed_.data);
-    packed_.scales = layer.register_buffer("weight_scales", packed_.scales);
-    if (packed_.factors.defined()) packed_.factors = layer.register_buffer("weight_factors", packed_.factors);
-    if (packed_.mean.defined()) packed_.mean = layer.register_buffer("weight_mean", packed_.mean);
+    for (const auto& [name, tensor] : buffers)
+      if ((packed_.*tensor).defined()) packed_.*tensor = layer.register_buffer(name, packed_.*tensor);
     empty(layer.weight);
   }
 
@@ -74,11 +73,8 @@ public:
   /// (no dropout in training: one GEMM over deq(W) + s B A), else with its output added; nothing
   /// more once the branch is folded in. Always a part: the base exists only packed.
   std::optional<Part> part(const nn::LinearImpl& layer) const override {
-    Part part{kernel::FrozenBase::packed<Format>(packed_), {}};
-    if (branch_->merged()) return part;
-    if (kernel().merged_weight && !branch_->dropping(layer)) part.term = branch_->low_rank();
-    else part.adds = true;
-    return part;
+    return branch_part(kernel::FrozenBase::packed<Format>(packed_), branch_->merged(), branch_->dropping(layer),
+                       [&] { return branch_->low_rank(); });
   }
   at::Tensor added(nn::LinearImpl& layer, const at::Tensor& x) override { return branch_->added(layer, x); }
   nn::Effect effect() const override { return nn::Effect::changes; }
@@ -103,14 +99,24 @@ public:
   }
 
   const storage::PackedWeight& packed() const { return packed_; }
-  /// Whether the packed base keeps `name` ("weight_factors" and "weight_mean": NF4's only).
-  bool has_buffer(const std::string& name) const {
-    return name == "weight_packed" || name == "weight_scales" || (name == "weight_factors" && packed_.factors.defined()) ||
-           (name == "weight_mean" && packed_.mean.defined());
+  /// The names of the layer's buffers that hold the packed base.
+  std::vector<std::string> buffer_names() const {
+    std::vector<std::string> names;
+    for (const auto& [name, tensor] : buffers)
+      if ((packed_.*tensor).defined()) names.emplace_back(name);
+    return names;
   }
   const std::shared_ptr<LoraBranch>& branch() const { return branch_; }
 
 private:
+  /// The layer's buffers that hold the packed base, by name ("weight_factors" and "weight_mean":
+  /// NF4's only).
+  static constexpr std::array<std::pair<const char*, at::Tensor storage::PackedWeight::*>, 4> buffers{
+      {{"weight_packed", &storage::PackedWeight::data},
+       {"weight_scales", &storage::PackedWeight::scales},
+       {"weight_factors", &storage::PackedWeight::factors},
+       {"weight_mean", &storage::PackedWeight::mean}}};
+
   static void empty(at::Tensor& t) { t.set_data(at::empty({0}, t.options())); }
 
   /// Runs `change` on the float base, then packs the result in place of the old base.
@@ -200,8 +206,7 @@ public:
   std::vector<std::string> constant_buffers() const {
     std::vector<std::string> names;
     for (const auto& [name, base] : bases_)
-      for (const char* buffer : {"weight_packed", "weight_scales", "weight_factors", "weight_mean"})
-        if (base->has_buffer(buffer)) names.push_back(name + "." + buffer);
+      for (const auto& buffer : base->buffer_names()) names.push_back(name + "." + buffer);
     return names;
   }
   /// The adapted layers' names and quantized bases, in module order (empty after merge).

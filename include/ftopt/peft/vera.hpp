@@ -78,13 +78,9 @@ public:
   /// KernelOptions::merged_weight off), the base with the branch's output added.
   std::optional<Part> part(const nn::LinearImpl& layer) const override {
     if (layer.weight.requires_grad()) return std::nullopt;
-    Part part{kernel::FrozenBase::dense(layer.weight), {}};
-    if (merged_) return part;
-    if (kernel().merged_weight && !(dropout_ > 0 && layer.is_training()))
-      part.term = kernel::LowRank{lambda_d_.unsqueeze(1) * a_slice(), lambda_b_.unsqueeze(1) * b_slice(), 1.0};
-    else
-      part.adds = true;
-    return part;
+    return branch_part(kernel::FrozenBase::dense(layer.weight), merged_, dropout_ > 0 && layer.is_training(), [&] {
+      return kernel::LowRank{lambda_d_.unsqueeze(1) * a_slice(), lambda_b_.unsqueeze(1) * b_slice(), 1.0};
+    });
   }
   nn::Effect effect() const override { return merged_ ? nn::Effect::none : nn::Effect::changes; }
   /// b * (B[:out] (d * (A[:, :in] dropout(x)))), PEFT's order of operations.

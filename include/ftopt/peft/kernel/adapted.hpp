@@ -63,6 +63,19 @@ public:
   const KernelOptions& kernel() const { return kernel_; }
   void set_kernel(KernelOptions kernel) { kernel_ = kernel; }
 
+protected:
+  /// The part of a branch that adds an update to `base`: the base alone once the branch is folded
+  /// in; with `term()` in the GEMM where the kernel takes it (KernelOptions::merged_weight on and
+  /// no dropout active); else with the branch's output added (added()).
+  template <class MakeTerm>
+  Part branch_part(kernel::FrozenBase base, bool folded, bool dropping, MakeTerm&& term) const {
+    Part part{std::move(base), {}};
+    if (folded) return part;
+    if (kernel_.merged_weight && !dropping) part.term = term();
+    else part.adds = true;
+    return part;
+  }
+
 private:
   KernelOptions kernel_;
 };

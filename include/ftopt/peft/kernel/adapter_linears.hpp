@@ -47,7 +47,6 @@
 ///                                              {.base = kernel::FrozenBase::dense(k->weight)}};
 ///   at::Tensor qk = peft::kernel::adapter_linears(layers, bias, nn::autocast_input(x));  // [*, out_q + out_k]
 
-#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -245,9 +244,10 @@ public:
     torch::autograd::variable_list saved{input, u, plan->keeps_weight ? w : at::Tensor()};
     saved.insert(saved.end(), saved_bs.begin(), saved_bs.end());
     saved.insert(saved.end(), extra.begin(), extra.end());
-    if (!plan->keeps_weight) {  // to form W' again: every A and B as given
+    if (!plan->keeps_weight) {  // to form W' again: every A, B and m as given
       saved.insert(saved.end(), as.begin(), as.end());
       saved.insert(saved.end(), bs.begin(), bs.end());
+      saved.insert(saved.end(), magnitudes.begin(), magnitudes.end());
     }
     ctx->save_for_backward(saved);
     ctx->saved_data["plan"] = c10::IValue::make_capsule(plan);
@@ -280,9 +280,7 @@ public:
                       first_c = first_m + magnitudes;
     if (biases == 1 && ctx->needs_input_grad(1)) grads[1] = g.sum(0).to(ctx->saved_data["bias_dtype"].toScalarType());
     // The tensors saved after input, u and W': a B per low-rank term, then each term's own.
-    std::size_t next_b = 3, next_extra = 3;
-    for (const auto& layer : plan->layers)
-      if (layer.kind == Kind::low_rank || layer.kind == Kind::dora) ++next_extra;
+    std::size_t next_b = 3, next_extra = 3 + terms;
     if (plan->layers.size() == 1 && plan->layers[0].kind == Kind::columns) {
       const at::Tensor& scale = saved[next_extra];
       const at::Tensor h = at::mm(g, plan->layers[0].base.in(dtype));  // the gradient of x * l
@@ -324,23 +322,12 @@ public:
       at::Tensor w;
       if (plan->keeps_weight) {
         w = saved[2];
-      } else {  // formed again from the packed bases and every A and B as given
-        const auto begin = saved.begin() + static_cast<std::ptrdiff_t>(next_extra);
-        const auto middle = begin + static_cast<std::ptrdiff_t>(terms);
-        Trained t{{begin, middle}, {middle, middle + static_cast<std::ptrdiff_t>(terms)}, {}, {}};
-        for (const auto& layer : plan->layers)  // DoRA's magnitudes, where the bases are packed
-          if (layer.kind == Kind::dora) t.magnitudes.resize(std::max(t.magnitudes.size(), layer.magnitude + 1));
-        std::size_t extra = 3 + terms;
-        for (const auto& layer : plan->layers) {
-          if (layer.kind == Kind::dora) {
-            t.magnitudes[layer.magnitude] = saved[extra + 1];
-            extra += 3;
-          } else if (layer.kind == Kind::low_rank &&
-                     grads_from_full_product(saved[3 + layer.term].size(1), x.size(1), layer.base.rows())) {
-            ++extra;
-          }
-        }
-        w = updated_weights(*plan, t, dtype);
+      } else {  // formed again from the packed bases and every A, B and m as given (the end of saved)
+        const auto as_given = saved.end() - static_cast<std::ptrdiff_t>(2 * terms + magnitudes);
+        const auto bs_given = as_given + static_cast<std::ptrdiff_t>(terms);
+        const auto ms_given = bs_given + static_cast<std::ptrdiff_t>(terms);
+        w = updated_weights(*plan, Trained{{as_given, bs_given}, {bs_given, ms_given}, {ms_given, saved.end()}, {}},
+                            dtype);
       }
       grads[0] = at::mm(g, w).view(input.sizes());
     }
@@ -349,6 +336,7 @@ public:
 };
 
 } // namespace detail
+
 /// The layers' outputs side by side ([*, sum out_i]) for an input in the compute dtype
 /// (nn::autocast_input under autocast); `bias` the layers' biases stacked, or undefined. A column
 /// scaling runs only in a group of one.
@@ -374,7 +362,6 @@ inline at::Tensor adapter_linears(std::span<const Layer> layers, const at::Tenso
       ftopt::detail::check(layers.size() == 1, "peft::kernel::adapter_linears: a column scaling runs in a group of one");
       entry.kind = Plan::Kind::columns;
       plan->keeps_weight = false;  // its backward needs the base, not W'
-
       entry.term = t.columns.size();
       t.columns.push_back(columns->scale);
     }

@@ -77,15 +77,8 @@ public:
   /// DoRA under dropout runs in PEFT's form (own_forward).
   std::optional<Part> part(const nn::LinearImpl& layer) const override {
     if (layer.weight.requires_grad()) return std::nullopt;
-    Part part{kernel::FrozenBase::dense(layer.weight), {}};
-    if (merged_) return part;
-    if (kernel().merged_weight && !dropping(layer)) {
-      part.term = low_rank();
-      return part;
-    }
-    if (options_.dora) return std::nullopt;
-    part.adds = true;
-    return part;
+    if (options_.dora && !merged_ && (!kernel().merged_weight || dropping(layer))) return std::nullopt;
+    return branch_part(kernel::FrozenBase::dense(layer.weight), merged_, dropping(layer), [&] { return low_rank(); });
   }
   /// The branch as a low-rank term of the weight (for the adapter kernel over another base:
   /// peft::QuantizedBase).
