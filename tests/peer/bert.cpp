@@ -29,15 +29,6 @@
 namespace {
 using namespace ftopt;
 
-std::vector<std::string> read_lines(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  std::vector<std::string> texts;
-  std::string line;
-  while (std::getline(in, line)) texts.push_back(nlohmann::json::parse(line).get<std::string>());
-  return texts;
-}
-
 /// The model with 5 labels and the Python side's classifier weights.
 models::Bert classifier_model(const std::filesystem::path& model_dir, const std::filesystem::path& work,
                               double dropout = 0.1) {
@@ -69,7 +60,7 @@ int main(int argc, char** argv) {
        const auto tokenizer = args[1] == "vocab.txt" ? text::BertTokenizer::from_vocab_file(model / "vocab.txt")
                                                      : text::BertTokenizer::from_tokenizer_json(model / args[1]);
        std::vector<std::int64_t> ids, lengths;
-       for (const auto& t : read_lines(work / args[2])) {
+       for (const auto& t : peer::read_json_lines(work / args[2])) {
          const auto encoded = tokenizer.encode(t);
          ids.insert(ids.end(), encoded.begin(), encoded.end());
          lengths.push_back(static_cast<std::int64_t>(encoded.size()));
@@ -82,7 +73,7 @@ int main(int argc, char** argv) {
     {"batch", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 3) throw std::runtime_error("batch needs MODEL TEXTS MAX");
        const auto tokenizer = text::BertTokenizer::from_pretrained(args[0]);
-       const auto texts = read_lines(work / args[1]);
+       const auto texts = peer::read_json_lines(work / args[1]);
        const auto batch = tokenizer.encode_batch(texts, {.max_length = std::stoll(args[2])});
        weights::StateDict out;
        out.insert("input_ids", batch.input_ids);

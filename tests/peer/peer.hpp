@@ -4,9 +4,11 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,16 @@ inline int main(int argc, char** argv, const std::map<std::string, Command>& com
     std::cerr << argv[0] << ": " << e.what() << "\n";
     return 1;
   }
+}
+
+/// The JSON strings of a file, one a line (texts written by the Python side).
+inline std::vector<std::string> read_json_lines(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  std::vector<std::string> texts;
+  std::string line;
+  while (std::getline(in, line)) texts.push_back(nlohmann::json::parse(line).get<std::string>());
+  return texts;
 }
 
 /// Reads a safetensors file of the work folder.

@@ -1,0 +1,304 @@
+#pragma once
+/// models::Llama: transformers' LlamaForCausalLM (models/llama/modeling_llama.py), module for
+/// module and name for name, so a Hugging Face or GGUF checkpoint loads by name
+/// (models/llama_pretrained.hpp) and PEFT's LoRA targets are the ones its recipes name:
+///   model.embed_tokens, model.norm, lm_head (absent when tie_word_embeddings: the logits use
+///   model.embed_tokens.weight, as Hugging Face ties them)
+///   model.layers.N.{input_layernorm, post_attention_layernorm}
+///   model.layers.N.self_attn.{q_proj, k_proj, v_proj, o_proj}, .mlp.{gate_proj, up_proj, down_proj}
+/// Pre-norm decoder layers with RMSNorm, rotary position embeddings (rope_theta, optionally
+/// Llama 3's frequency scaling), grouped-query attention (num_key_value_heads <= heads), causal
+/// and padding masks, SwiGLU. Qwen2 is the same model with biases on q/k/v: `qkv_bias`.
+///
+/// The input is one int64 tensor, so that the Trainer's (input, target) batches carry text:
+///   [B, T]     token ids, every position a token;
+///   [B, 2, T]  token ids and attention_mask (1 = token, 0 = padding; padding keys are masked).
+/// Positions are 0..T-1 in every row (transformers' default), so pad on the right for training.
+///
+///   ftopt::models::Llama llm({.vocab_size = 49152, .hidden = 576, .intermediate = 1536,
+///                             .layers = 30, .heads = 9, .kv_heads = 3, .rope_theta = 1e5});
+///   at::Tensor logits = llm(ids);  // [B, T, vocab]
+
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/pimpl.h>
+
+#include <ftopt/detail/compat.hpp>
+#include <ftopt/error.hpp>
+#include <ftopt/kernel_options.hpp>
+#include <ftopt/nn/checkpoint.hpp>
+#include <ftopt/nn/linear.hpp>
+#include <ftopt/nn/rms_norm.hpp>
+#include <ftopt/nn/shared_input_linears.hpp>
+
+namespace ftopt::models {
+
+/// Llama 3's rope frequency scaling (rope_type "llama3"): long wavelengths divided by `factor`,
+/// short ones kept, those between blended.
+struct Llama3RopeScaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  std::int64_t original_max_position_embeddings = 8192;
+};
+
+/// transformers' LlamaConfig fields; comments give config.json's names where they differ.
+/// Defaults are SmolLM2-135M's.
+struct LlamaOptions {
+  std::int64_t vocab_size = 49152;
+  std::int64_t hidden = 576;          ///< hidden_size
+  std::int64_t intermediate = 1536;   ///< intermediate_size
+  std::int64_t layers = 30;           ///< num_hidden_layers
+  std::int64_t heads = 9;             ///< num_attention_heads
+  std::int64_t kv_heads = 3;          ///< num_key_value_heads
+  std::int64_t head_dim = 0;          ///< 0: hidden / heads
+  std::int64_t max_position_embeddings = 8192;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 100000.0;
+  std::optional<Llama3RopeScaling> rope_scaling;  ///< rope_parameters / rope_scaling of type "llama3"
+  bool qkv_bias = false;              ///< attention_bias (Llama: q, k, v and o), or Qwen2's q/k/v biases
+  bool o_bias = false;                ///< attention_bias on o_proj (Llama's, not Qwen2's)
+  bool mlp_bias = false;
+  bool tie_word_embeddings = true;
+  double initializer_range = 0.02;
+  /// Not in LlamaConfig: ftopt's kernels (q/k/v and gate/up as one GEMM each; attention's).
+  KernelOptions kernel;
+
+  std::int64_t dim_of_head() const { return head_dim > 0 ? head_dim : hidden / heads; }
+  void validate() const {
+    check(vocab_size >= 1 && hidden >= 1 && intermediate >= 1 && layers >= 1, "LlamaOptions: vocab_size, hidden, "
+          "intermediate and layers must be >= 1, got ", vocab_size, ", ", hidden, ", ", intermediate, ", ", layers);
+    check(heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0, "LlamaOptions: heads ", heads,
+          " must be a multiple of kv_heads ", kv_heads);
+    check(head_dim > 0 || hidden % heads == 0, "LlamaOptions: hidden ", hidden, " is not a multiple of heads ", heads,
+          "; give head_dim");
+    check(dim_of_head() % 2 == 0, "LlamaOptions: the head dimension must be even for rotary embeddings, got ",
+          dim_of_head());
+    check(rope_theta > 0 && rms_norm_eps >= 0, "LlamaOptions: rope_theta must be > 0 and rms_norm_eps >= 0, got ",
+          rope_theta, " and ", rms_norm_eps);
+    if (rope_scaling)
+      check(rope_scaling->factor > 0 && rope_scaling->high_freq_factor > rope_scaling->low_freq_factor &&
+                rope_scaling->low_freq_factor > 0 && rope_scaling->original_max_position_embeddings > 0,
+            "LlamaOptions: llama3 rope scaling needs factor > 0 and high_freq_factor > low_freq_factor > 0, got ",
+            rope_scaling->factor, ", ", rope_scaling->high_freq_factor, " and ", rope_scaling->low_freq_factor);
+  }
+};
+
+/// The rotary inverse frequencies [head_dim / 2] (float32): theta^(-2i/d), with Llama 3's
+/// scaling when asked (transformers' _compute_llama3_parameters).
+inline at::Tensor rope_inverse_frequencies(const LlamaOptions& o) {
+  const auto d = o.dim_of_head();
+  at::Tensor inv = 1.0 / at::pow(o.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d));
+  if (!o.rope_scaling) return inv;
+  const auto& s = *o.rope_scaling;
+  const double old = static_cast<double>(s.original_max_position_embeddings);
+  const double low_wavelen = old / s.low_freq_factor, high_wavelen = old / s.high_freq_factor;
+  const at::Tensor wavelen = 2 * std::numbers::pi / inv;
+  at::Tensor scaled = at::where(wavelen > low_wavelen, inv / s.factor, inv);
+  const at::Tensor smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  const at::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+  const at::Tensor medium = wavelen.ge(high_wavelen).logical_and(wavelen.le(low_wavelen));
+  return at::where(medium, smoothed, scaled);
+}
+
+/// x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1) over the two halves of the last dim.
+inline at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const auto half = x.size(-1) / 2;
+  const at::Tensor rotated = at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+namespace detail {
+inline nn::Linear llama_linear(std::int64_t in, std::int64_t out, bool bias) {
+  return nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+} // namespace detail
+
+/// transformers' LlamaAttention: q/k/v projections, rotary embeddings on q and k, attention
+/// over kv_heads shared by groups of heads, o_proj.
+struct LlamaAttentionImpl : torch::nn::Module {
+  explicit LlamaAttentionImpl(const LlamaOptions& o)
+      : heads(o.heads), kv_heads(o.kv_heads), head_dim(o.dim_of_head()), kernel(o.kernel),
+        q_proj(register_module("q_proj", detail::llama_linear(o.hidden, o.heads * head_dim, o.qkv_bias))),
+        k_proj(register_module("k_proj", detail::llama_linear(o.hidden, o.kv_heads * head_dim, o.qkv_bias))),
+        v_proj(register_module("v_proj", detail::llama_linear(o.hidden, o.kv_heads * head_dim, o.qkv_bias))),
+        o_proj(register_module("o_proj", detail::llama_linear(o.heads * head_dim, o.hidden, o.o_bias))) {}
+
+  /// x [B, T, C]; cos, sin [T, head_dim]; mask bool [B, 1, T, T] (true = attend), or undefined
+  /// for causal attention over every position.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask) {
+    const auto B = x.size(0), T = x.size(1);
+    auto [q, k, v] = nn::shared_input_linears<3>({q_proj.get(), k_proj.get(), v_proj.get()}, x, kernel.shared_input);
+    auto split = [&](const at::Tensor& t, std::int64_t n) { return t.view({B, T, n, head_dim}).transpose(1, 2); };
+    at::Tensor qh = apply_rotary(split(q, heads), cos.to(q.scalar_type()), sin.to(q.scalar_type()));
+    at::Tensor kh = apply_rotary(split(k, kv_heads), cos.to(k.scalar_type()), sin.to(k.scalar_type()));
+    at::Tensor vh = split(v, kv_heads);
+    if (heads != kv_heads) {  // transformers' repeat_kv
+      kh = kh.repeat_interleave(heads / kv_heads, 1);
+      vh = vh.repeat_interleave(heads / kv_heads, 1);
+    }
+    auto out = compat::scaled_dot_product_attention(qh, kh, vh, mask.defined() ? std::optional<at::Tensor>(mask)
+                                                                               : std::nullopt,
+                                                    0.0, /*is_causal=*/!mask.defined(), kernel);
+    return o_proj(out.transpose(1, 2).reshape({B, T, heads * head_dim}));
+  }
+
+  std::int64_t heads, kv_heads, head_dim;
+  KernelOptions kernel;
+  nn::Linear q_proj, k_proj, v_proj, o_proj;
+};
+TORCH_MODULE(LlamaAttention);
+
+/// transformers' LlamaMLP: down_proj(silu(gate_proj(x)) * up_proj(x)).
+struct LlamaMlpImpl : torch::nn::Module {
+  explicit LlamaMlpImpl(const LlamaOptions& o)
+      : kernel(o.kernel),
+        gate_proj(register_module("gate_proj", detail::llama_linear(o.hidden, o.intermediate, o.mlp_bias))),
+        up_proj(register_module("up_proj", detail::llama_linear(o.hidden, o.intermediate, o.mlp_bias))),
+        down_proj(register_module("down_proj", detail::llama_linear(o.intermediate, o.hidden, o.mlp_bias))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto [gate, up] = nn::shared_input_linears<2>({gate_proj.get(), up_proj.get()}, x, kernel.shared_input);
+    return down_proj(at::silu(gate) * up);
+  }
+  KernelOptions kernel;
+  nn::Linear gate_proj, up_proj, down_proj;
+};
+TORCH_MODULE(LlamaMlp);
+
+/// transformers' LlamaDecoderLayer: x + attention(norm(x)), then + mlp(norm(.)).
+struct LlamaDecoderLayerImpl : torch::nn::Module {
+  explicit LlamaDecoderLayerImpl(const LlamaOptions& o)
+      : self_attn(register_module("self_attn", LlamaAttention(o))), mlp(register_module("mlp", LlamaMlp(o))),
+        input_layernorm(register_module("input_layernorm", nn::RmsNorm(o.hidden, o.rms_norm_eps))),
+        post_attention_layernorm(register_module("post_attention_layernorm", nn::RmsNorm(o.hidden, o.rms_norm_eps))) {}
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask) {
+    at::Tensor h = self_attn->forward(input_layernorm(x), cos, sin, mask);
+    h = x + h.to(x.scalar_type());  // under autocast the branch is bf16 and the stream fp32
+    return h + mlp(post_attention_layernorm(h)).to(h.scalar_type());
+  }
+  LlamaAttention self_attn;
+  LlamaMlp mlp;
+  nn::RmsNorm input_layernorm, post_attention_layernorm;
+};
+TORCH_MODULE(LlamaDecoderLayer);
+
+/// transformers' LlamaModel: embed_tokens, the decoder layers (checkpointable blocks,
+/// memory::Checkpoint), norm. forward(input) -> the last hidden states [B, T, hidden].
+struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
+  explicit LlamaModelImpl(const LlamaOptions& o)
+      : embed_tokens(register_module("embed_tokens", torch::nn::Embedding(o.vocab_size, o.hidden))),
+        layers(register_module("layers", torch::nn::ModuleList())),
+        norm(register_module("norm", nn::RmsNorm(o.hidden, o.rms_norm_eps))), inv_freq_(rope_inverse_frequencies(o)) {
+    for (std::int64_t i = 0; i < o.layers; ++i) layers->push_back(LlamaDecoderLayer(o));
+  }
+
+  torch::Tensor forward(const torch::Tensor& input) {
+    check(!input.is_floating_point(), "models::Llama: the input must hold integer token ids, got ",
+          at::toString(input.scalar_type()));
+    check(input.dim() == 2 || (input.dim() == 3 && input.size(1) == 2), "models::Llama: the input must be ids "
+          "[B, T] or [B, 2, T] (ids, attention_mask), got ", input.sizes());
+    const at::Tensor ids = input.dim() == 2 ? input : input.select(1, 0);
+    const auto B = ids.size(0), T = ids.size(1);
+    at::Tensor mask;  // bool [B, 1, T, T]; left out when nothing is padding (the causal kernels)
+    if (input.dim() == 3) {
+      const at::Tensor kept = input.select(1, 1).ne(0);
+      if (!kept.all().item<bool>()) {
+        const at::Tensor causal = at::ones({T, T}, kept.options()).tril();
+        // A query that sees no token (a row of left padding) attends to itself: its output is
+        // never read, and a row with nothing to attend would be NaN.
+        mask = causal.logical_and(kept.view({B, 1, 1, T})).logical_or(at::eye(T, kept.options()));
+      }
+    }
+    const at::Tensor positions = at::arange(T, at::TensorOptions().dtype(at::kFloat).device(ids.device()));
+    const at::Tensor freqs = at::outer(positions, inv_freq_.to(ids.device()));
+    const at::Tensor angles = at::cat({freqs, freqs}, -1);  // [T, head_dim]
+    const at::Tensor cos = angles.cos(), sin = angles.sin();
+    at::Tensor h = embed_tokens(ids);
+    for (std::size_t i = 0; i < layers->size(); ++i) {
+      auto& block = *layers[i]->as<LlamaDecoderLayerImpl>();
+      // By value: a checkpointed block runs again in the backward, after this frame is gone.
+      h = run_block(static_cast<std::int64_t>(i), block, h,
+                    [b = &block, cos, sin, mask](const at::Tensor& x) { return b->forward(x, cos, sin, mask); });
+    }
+    return norm(h);
+  }
+  /// Decoder layer i (transformers: model.layers[i]).
+  LlamaDecoderLayerImpl& layer(std::size_t i) { return *layers[i]->as<LlamaDecoderLayerImpl>(); }
+
+  torch::nn::Embedding embed_tokens;
+  torch::nn::ModuleList layers;
+  nn::RmsNorm norm;
+
+private:
+  at::Tensor inv_freq_;  // not a buffer: transformers does not save it either
+};
+TORCH_MODULE(LlamaModel);
+
+/// transformers' LlamaForCausalLM: the model and the LM head. forward(input) -> logits
+/// [B, T, vocab]; hidden(input) -> the hidden states the head reads, for a loss that computes
+/// the logits chunk by chunk.
+class LlamaImpl : public torch::nn::Module {
+public:
+  /// Its decoder layers can be checkpointed (memory::Checkpoint).
+  static constexpr bool has_checkpointable_blocks = true;
+
+  explicit LlamaImpl(LlamaOptions options = {})
+      : options_((options.validate(), std::move(options))), model(register_module("model", LlamaModel(options_))) {
+    if (!options_.tie_word_embeddings)
+      lm_head = register_module("lm_head", detail::llama_linear(options_.hidden, options_.vocab_size, false));
+    initialize();
+  }
+
+  torch::Tensor forward(const torch::Tensor& input) { return logits(model(input)); }
+  torch::Tensor hidden(const torch::Tensor& input) { return model(input); }
+  /// The LM head over hidden states [..., hidden] -> [..., vocab].
+  torch::Tensor logits(const torch::Tensor& hidden_states) {
+    if (lm_head) return lm_head(hidden_states);
+    return torch::nn::functional::linear(hidden_states, model->embed_tokens->weight);
+  }
+  /// The head's weight [vocab, hidden]: lm_head's, or the tied embeddings.
+  const at::Tensor& head_weight() const { return lm_head ? lm_head->weight : model->embed_tokens->weight; }
+
+  const LlamaOptions& options() const { return options_; }
+
+  /// transformers' _init_weights: Linear and Embedding weights normal(0, initializer_range),
+  /// biases 0, RMSNorm 1. Loading a checkpoint overwrites them.
+  void initialize() {
+    torch::NoGradGuard no_grad;
+    for (auto& module : modules(false)) {
+      if (auto* l = module->as<nn::LinearImpl>()) {
+        l->weight.normal_(0.0, options_.initializer_range);
+        if (l->bias.defined()) l->bias.zero_();
+      } else if (auto* e = module->as<torch::nn::EmbeddingImpl>()) {
+        e->weight.normal_(0.0, options_.initializer_range);
+      }
+    }
+  }
+
+private:
+  LlamaOptions options_;
+
+public:
+  LlamaModel model;
+  nn::Linear lm_head{nullptr};
+};
+
+/// The module handle, constructible from braced options.
+class Llama : public torch::nn::ModuleHolder<LlamaImpl> {
+public:
+  using torch::nn::ModuleHolder<LlamaImpl>::ModuleHolder;
+  Llama(LlamaOptions options)  // NOLINT: implicit, so `Llama model({...})` reads well
+      : ModuleHolder(std::make_shared<LlamaImpl>(std::move(options))) {}
+};
+
+} // namespace ftopt::models

@@ -1,0 +1,256 @@
+#pragma once
+/// Pretrained decoders into models::Llama, from the two places users keep them:
+///   - a Hugging Face folder, as LlamaForCausalLM.from_pretrained(folder) reads it: config.json
+///     (model_type "llama" or "qwen2"; anything models::Llama cannot be is an error naming the
+///     field and its value) and model.safetensors, or the shards that
+///     model.safetensors.index.json lists;
+///   - a GGUF file, as transformers' GGUF loader reads it: the config from the metadata
+///     (`<arch>.block_count`, `.embedding_length`, ...), the tensors dequantized and renamed
+///     (blk.N.attn_q -> model.layers.N.self_attn.q_proj, ...), and the rows of q and k put back
+///     in Hugging Face's order: llama.cpp's converter interleaves the two rotary halves of each
+///     head of a llama model (convert_hf_to_gguf.py, LlamaModel.permute); qwen2's are not.
+/// A tensor the model lacks, or one the file lacks, is an error naming the file and the names.
+///
+///   auto [llm, report] = ftopt::models::load_llama(folder);                    // uses JSON
+///   auto [smol, _] = ftopt::models::load_llama_gguf("SmolLM2-135M-Instruct.Q4_1.gguf");
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <ftopt/detail/json.hpp>
+#include <ftopt/error.hpp>
+#include <ftopt/models/llama.hpp>
+#include <ftopt/weights/files.hpp>
+#include <ftopt/weights/gguf.hpp>
+
+namespace ftopt::models {
+
+/// A model and what loading it found.
+struct LoadedLlama {
+  Llama model;
+  weights::LoadReport report;
+};
+
+/// LlamaOptions from a config.json (transformers' LlamaConfig or Qwen2Config).
+template <class Json = nlohmann::json>
+LlamaOptions llama_options_from_config(const std::filesystem::path& path) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
+  const std::string where = "models::Llama: " + path.string();
+  const Json c = ftopt::detail::read_json_file<Json>(path, where);
+  check(c.is_object(), where, ": not a JSON object");
+  LlamaOptions o;
+  try {
+    auto get = [&](const Json& from, const char* key, auto fallback) {
+      using T = decltype(fallback);
+      if (!from.contains(key) || from[key].is_null()) return fallback;
+      try {
+        return from[key].template get<T>();
+      } catch (const typename Json::exception&) {
+        fail(where, ": ", key, " is ", from[key].dump(), ", not ", std::is_same_v<T, bool> ? "a bool"
+             : std::is_floating_point_v<T> ? "a number" : std::is_integral_v<T> ? "an integer" : "a string");
+      }
+    };
+    const std::string model_type = get(c, "model_type", std::string());
+    check(model_type == "llama" || model_type == "qwen2", where, ": model_type is '", model_type,
+          "', not 'llama' or 'qwen2' (the decoders models::Llama is)");
+    o.vocab_size = get(c, "vocab_size", o.vocab_size);
+    o.hidden = get(c, "hidden_size", o.hidden);
+    o.intermediate = get(c, "intermediate_size", o.intermediate);
+    o.layers = get(c, "num_hidden_layers", o.layers);
+    o.heads = get(c, "num_attention_heads", o.heads);
+    o.kv_heads = get(c, "num_key_value_heads", o.heads);
+    o.head_dim = get(c, "head_dim", std::int64_t{0});
+    o.max_position_embeddings = get(c, "max_position_embeddings", o.max_position_embeddings);
+    o.rms_norm_eps = get(c, "rms_norm_eps", o.rms_norm_eps);
+    o.tie_word_embeddings = get(c, "tie_word_embeddings", false);
+    o.initializer_range = get(c, "initializer_range", o.initializer_range);
+    o.mlp_bias = get(c, "mlp_bias", false);
+    const bool attention_bias = get(c, "attention_bias", false);
+    o.qkv_bias = model_type == "qwen2" || attention_bias;
+    o.o_bias = model_type == "llama" && attention_bias;
+    const std::string act = get(c, "hidden_act", std::string("silu"));
+    check(act == "silu", where, ": hidden_act is '", act, "'; models::Llama's MLP is SwiGLU (silu)");
+    // transformers 5 writes rope_parameters {rope_type, rope_theta, ...}; older files rope_theta
+    // and rope_scaling {rope_type or type, ...}.
+    o.rope_theta = get(c, "rope_theta", 10000.0);
+    const char* rope_key = c.contains("rope_parameters") && !c["rope_parameters"].is_null() ? "rope_parameters"
+                                                                                             : "rope_scaling";
+    if (c.contains(rope_key) && !c[rope_key].is_null()) {
+      const Json& r = c[rope_key];
+      check(r.is_object(), where, ": ", rope_key, " is ", r.dump(), ", not an object");
+      o.rope_theta = get(r, "rope_theta", o.rope_theta);
+      const std::string type = get(r, "rope_type", get(r, "type", std::string("default")));
+      if (type == "llama3") {
+        Llama3RopeScaling s;
+        s.factor = get(r, "factor", s.factor);
+        s.low_freq_factor = get(r, "low_freq_factor", s.low_freq_factor);
+        s.high_freq_factor = get(r, "high_freq_factor", s.high_freq_factor);
+        s.original_max_position_embeddings = get(r, "original_max_position_embeddings",
+                                                 s.original_max_position_embeddings);
+        o.rope_scaling = s;
+      } else {
+        check(type == "default", where, ": ", rope_key, ".rope_type is '", type,
+              "'; models::Llama has 'default' and 'llama3'");
+      }
+    }
+  } catch (const typename Json::exception& e) {  // a field of the wrong JSON type
+    fail(where, ": ", e.what());
+  }
+  try {
+    o.validate();
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+  return o;
+}
+
+namespace detail {
+/// Loads `state` into a fresh model: what a tied model does not have (lm_head.weight) and
+/// transformers' rotary buffer are dropped, as transformers drops them; the rest must match.
+inline LoadedLlama load_llama_state(const LlamaOptions& options, weights::StateDict state, const std::string& where) {
+  weights::StateDict kept;
+  for (const auto& item : state) {
+    if (item.key().ends_with("rotary_emb.inv_freq")) continue;
+    if (options.tie_word_embeddings && item.key() == "lm_head.weight") continue;
+    kept.insert(item.key(), item.value());
+  }
+  Llama model(options);
+  auto report = weights::load_state_dict(*model, kept, {}, where);
+  return {std::move(model), std::move(report)};
+}
+} // namespace detail
+
+/// models::Llama from a Hugging Face folder: config.json and model.safetensors, or the shards
+/// model.safetensors.index.json names.
+template <class Json = nlohmann::json>
+LoadedLlama load_llama(const std::filesystem::path& folder) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
+  check(std::filesystem::is_directory(folder), "models::load_llama: ", folder.string(), " is not a folder");
+  const LlamaOptions options = llama_options_from_config<Json>(folder / "config.json");
+  weights::StateDict state;
+  const auto index = folder / "model.safetensors.index.json";
+  if (std::filesystem::is_regular_file(index)) {
+    const std::string where = "models::load_llama: " + index.string();
+    const Json j = ftopt::detail::read_json_file<Json>(index, where);
+    check(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), where, ": no weight_map object");
+    std::set<std::string> shards;
+    for (const auto& file : j["weight_map"]) {
+      check(file.is_string(), where, ": weight_map holds ", file.dump(), ", not a file name");
+      shards.insert(file.template get<std::string>());
+    }
+    for (const auto& shard : shards)
+      for (const auto& item : weights::load_file<Json>(folder / shard)) state.insert(item.key(), item.value());
+  } else {
+    const auto file = folder / "model.safetensors";
+    check(std::filesystem::is_regular_file(file), "models::load_llama: ", folder.string(),
+          " has neither model.safetensors nor model.safetensors.index.json");
+    state = weights::load_file<Json>(file);
+  }
+  return detail::load_llama_state(options, std::move(state), "models::load_llama: " + folder.string());
+}
+
+/// LlamaOptions from a GGUF file's metadata (architecture llama or qwen2); tied when the file
+/// has no output.weight, as llama.cpp's converter leaves it out for tied models.
+inline LlamaOptions llama_options_from_gguf(const weights::Gguf& file) {
+  const std::string where = "models::Llama: " + file.path().string();
+  const std::string arch = file.string("general.architecture");
+  check(arch == "llama" || arch == "qwen2", where, ": general.architecture is '", arch,
+        "', not 'llama' or 'qwen2' (the decoders models::Llama is)");
+  auto key = [&](const char* name) { return arch + "." + name; };
+  LlamaOptions o;
+  o.layers = file.integer(key("block_count"));
+  o.hidden = file.integer(key("embedding_length"));
+  o.intermediate = file.integer(key("feed_forward_length"));
+  o.heads = file.integer(key("attention.head_count"));
+  o.kv_heads = file.has(key("attention.head_count_kv")) ? file.integer(key("attention.head_count_kv")) : o.heads;
+  o.max_position_embeddings = file.integer(key("context_length"));
+  o.rms_norm_eps = file.real(key("attention.layer_norm_rms_epsilon"));
+  o.rope_theta = file.has(key("rope.freq_base")) ? file.real(key("rope.freq_base")) : 10000.0;
+  if (file.has(key("attention.key_length"))) o.head_dim = file.integer(key("attention.key_length"));
+  o.vocab_size = file.has(key("vocab_size")) ? file.integer(key("vocab_size"))
+                                             : file.tensor("token_embd.weight").shape.front();
+  o.qkv_bias = file.has_tensor("blk.0.attn_q.bias");
+  o.o_bias = file.has_tensor("blk.0.attn_output.bias");
+  o.tie_word_embeddings = !file.has_tensor("output.weight");
+  check(!file.has_tensor("rope_freqs.weight"), where, ": has rope_freqs.weight (per-frequency rope factors), "
+        "which models::Llama does not apply; load the model's Hugging Face folder instead");
+  try {
+    o.validate();
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+  return o;
+}
+
+/// The Hugging Face name of a GGUF tensor of a llama/qwen2 file, or "" for one with none.
+inline std::string llama_name_of_gguf(const std::string& name) {
+  static const std::map<std::string, std::string> top = {
+      {"token_embd.weight", "model.embed_tokens.weight"}, {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"}};
+  static const std::map<std::string, std::string> block = {
+      {"attn_norm", "input_layernorm"},       {"ffn_norm", "post_attention_layernorm"},
+      {"attn_q", "self_attn.q_proj"},         {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},         {"attn_output", "self_attn.o_proj"},
+      {"ffn_gate", "mlp.gate_proj"},          {"ffn_up", "mlp.up_proj"},
+      {"ffn_down", "mlp.down_proj"}};
+  if (const auto found = top.find(name); found != top.end()) return found->second;
+  if (!name.starts_with("blk.")) return "";
+  const auto dot = name.find('.', 4);
+  const auto last = name.rfind('.');
+  if (dot == std::string::npos || last <= dot) return "";
+  const std::string layer = name.substr(4, dot - 4), part = name.substr(dot + 1, last - dot - 1);
+  if (layer.empty() || layer.find_first_not_of("0123456789") != std::string::npos) return "";
+  const auto mapped = block.find(part);
+  if (mapped == block.end()) return "";
+  return "model.layers." + layer + "." + mapped->second + name.substr(last);
+}
+
+/// Undoes llama.cpp's rotary interleave of q or k rows (transformers' reverse_permute_weights):
+/// per head, the rows [r0, r1, r2, r3, ...] of the file are [first half 0, second half 0, ...].
+/// Works along dim 0 of weights, biases and raw rows of quantized blocks alike.
+inline at::Tensor unpermute_rotary_rows(const at::Tensor& rows, std::int64_t heads) {
+  std::vector<std::int64_t> shape = {heads, rows.size(0) / heads / 2, 2};
+  for (std::int64_t d = 1; d < rows.dim(); ++d) shape.push_back(rows.size(d));
+  return rows.reshape(shape).transpose(1, 2).reshape(rows.sizes());
+}
+
+/// The tensors of a llama/qwen2 GGUF file under Hugging Face's names, dequantized to `dtype`.
+inline weights::StateDict llama_state_from_gguf(const weights::Gguf& file, const LlamaOptions& options,
+                                                at::ScalarType dtype = at::kFloat) {
+  const std::string where = "models::Llama: " + file.path().string();
+  const bool permuted = file.string("general.architecture") == "llama";
+  weights::StateDict state;
+  std::vector<std::string> unknown;
+  for (const auto& t : file.tensors()) {
+    const std::string name = llama_name_of_gguf(t.name);
+    if (name.empty()) {
+      unknown.push_back(t.name);
+      continue;
+    }
+    at::Tensor w = file.dequantize(t.name, dtype);
+    if (permuted && name.find("self_attn.q_proj.") != std::string::npos) w = unpermute_rotary_rows(w, options.heads);
+    if (permuted && name.find("self_attn.k_proj.") != std::string::npos) w = unpermute_rotary_rows(w, options.kv_heads);
+    state.insert(name, w.contiguous());
+  }
+  if (!unknown.empty()) {
+    std::string names;
+    for (const auto& n : unknown) names += (names.empty() ? "" : ", ") + n;
+    fail(where, ": tensors models::Llama has no place for: ", names);
+  }
+  return state;
+}
+
+/// models::Llama from a GGUF file, every weight dequantized to float32.
+inline LoadedLlama load_llama_gguf(const std::filesystem::path& path) {
+  const weights::Gguf file(path);
+  const LlamaOptions options = llama_options_from_gguf(file);
+  return detail::load_llama_state(options, llama_state_from_gguf(file, options),
+                                  "models::load_llama_gguf: " + path.string());
+}
+
+} // namespace ftopt::models

@@ -1,0 +1,137 @@
+#pragma once
+/// ggml's tensor types (llama.cpp's ggml.h, `enum ggml_type`; the block layouts of
+/// ggml-common.h): what a GGUF tensor's bytes hold, and their float values. A quantized row is a
+/// run of blocks of `block_values` values each; a row's values never share a block with the
+/// next row's, so rows can be taken, permuted or dequantized on their own.
+///   Q8_0  32 values in 34 bytes: fp16 d, 32 int8 q;            w = d q
+///   Q4_0  32 values in 18 bytes: fp16 d, 16 bytes of nibbles;  w = d (q - 8)
+///   Q4_1  32 values in 20 bytes: fp16 d, fp16 m, 16 bytes;     w = d q + m
+/// In a 4-bit block, byte j holds value j in its low nibble and value j + 16 in its high one.
+///
+///   auto w = storage::ggml::dequantize(bytes, storage::ggml::Type::Q4_1, {576, 576}, at::kFloat);
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <ftopt/error.hpp>
+
+namespace ftopt::storage::ggml {
+
+/// ggml's type codes as GGUF files store them (uint32).
+enum class Type : std::uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9, Q2_K = 10, Q3_K = 11,
+  Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30,
+};
+
+/// How a type lays its values out: values per block, bytes per block, and whether ftopt reads it.
+struct Layout {
+  const char* name;
+  std::int64_t block_values;
+  std::int64_t block_bytes;
+  bool readable;
+};
+
+/// The layout of type code `code`, or nothing for a code ggml does not have (or no longer has).
+inline std::optional<Layout> layout(std::uint32_t code) {
+  switch (static_cast<Type>(code)) {
+  case Type::F32: return Layout{"F32", 1, 4, true};
+  case Type::F16: return Layout{"F16", 1, 2, true};
+  case Type::BF16: return Layout{"BF16", 1, 2, true};
+  case Type::Q8_0: return Layout{"Q8_0", 32, 34, true};
+  case Type::Q4_0: return Layout{"Q4_0", 32, 18, true};
+  case Type::Q4_1: return Layout{"Q4_1", 32, 20, true};
+  case Type::Q5_0: return Layout{"Q5_0", 32, 22, false};
+  case Type::Q5_1: return Layout{"Q5_1", 32, 24, false};
+  case Type::Q8_1: return Layout{"Q8_1", 32, 36, false};
+  case Type::Q2_K: return Layout{"Q2_K", 256, 84, false};
+  case Type::Q3_K: return Layout{"Q3_K", 256, 110, false};
+  case Type::Q4_K: return Layout{"Q4_K", 256, 144, false};
+  case Type::Q5_K: return Layout{"Q5_K", 256, 176, false};
+  case Type::Q6_K: return Layout{"Q6_K", 256, 210, false};
+  case Type::Q8_K: return Layout{"Q8_K", 256, 292, false};
+  case Type::I8: return Layout{"I8", 1, 1, false};
+  case Type::I16: return Layout{"I16", 1, 2, false};
+  case Type::I32: return Layout{"I32", 1, 4, false};
+  case Type::I64: return Layout{"I64", 1, 8, false};
+  case Type::F64: return Layout{"F64", 1, 8, false};
+  }
+  return std::nullopt;
+}
+
+/// The types dequantize() reads, for error messages.
+inline constexpr const char* readable_types = "F32, F16, BF16, Q8_0, Q4_0, Q4_1";
+
+namespace detail {
+inline float half_at(const std::uint8_t* p) {
+  std::uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+}
+
+/// Dequantizes `blocks` blocks at `in` into `out`, block by block, in parallel.
+template <class Block>
+void for_blocks(const std::uint8_t* in, float* out, std::int64_t blocks, std::int64_t block_bytes, Block block) {
+  at::parallel_for(0, blocks, 1024, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t b = begin; b < end; ++b) block(in + b * block_bytes, out + b * 32);
+  });
+}
+} // namespace detail
+
+/// The float values of `bytes` (uint8, contiguous, on the CPU), a tensor of ggml type `type` and
+/// torch shape `shape` (outermost first; the last dimension runs along the blocks), as `dtype`.
+inline at::Tensor dequantize(const at::Tensor& bytes, Type type, at::IntArrayRef shape, at::ScalarType dtype) {
+  const auto kind = layout(static_cast<std::uint32_t>(type));
+  ftopt::detail::check(kind && kind->readable, "storage::ggml::dequantize: type ",
+                       kind ? kind->name : std::to_string(static_cast<std::uint32_t>(type)),
+                       " is not one ftopt reads (", readable_types, ")");
+  std::int64_t numel = 1;
+  for (const auto d : shape) numel *= d;
+  ftopt::detail::check(numel % kind->block_values == 0 &&
+                           static_cast<std::int64_t>(bytes.nbytes()) == numel / kind->block_values * kind->block_bytes,
+                       "storage::ggml::dequantize: ", bytes.nbytes(), " bytes do not hold ", numel, " values of type ",
+                       kind->name);
+  const at::Tensor in = bytes.contiguous();
+  const auto* p = in.data_ptr<std::uint8_t>();
+  switch (type) {
+  case Type::F32: return in.view(at::kFloat).view(shape).to(dtype, false, true);
+  case Type::F16: return in.view(at::kHalf).view(shape).to(dtype, false, true);
+  case Type::BF16: return in.view(at::kBFloat16).view(shape).to(dtype, false, true);
+  default: break;
+  }
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+  float* o = out.data_ptr<float>();
+  const std::int64_t blocks = numel / 32;
+  if (type == Type::Q8_0) {
+    detail::for_blocks(p, o, blocks, 34, [](const std::uint8_t* b, float* w) {
+      const float d = detail::half_at(b);
+      for (int j = 0; j < 32; ++j) w[j] = d * static_cast<float>(static_cast<std::int8_t>(b[2 + j]));
+    });
+  } else if (type == Type::Q4_0) {
+    detail::for_blocks(p, o, blocks, 18, [](const std::uint8_t* b, float* w) {
+      const float d = detail::half_at(b);
+      for (int j = 0; j < 16; ++j) {
+        w[j] = d * static_cast<float>((b[2 + j] & 0x0F) - 8);
+        w[j + 16] = d * static_cast<float>((b[2 + j] >> 4) - 8);
+      }
+    });
+  } else {  // Q4_1
+    detail::for_blocks(p, o, blocks, 20, [](const std::uint8_t* b, float* w) {
+      const float d = detail::half_at(b), m = detail::half_at(b + 2);
+      for (int j = 0; j < 16; ++j) {
+        w[j] = d * static_cast<float>(b[4 + j] & 0x0F) + m;
+        w[j + 16] = d * static_cast<float>(b[4 + j] >> 4) + m;
+      }
+    });
+  }
+  return dtype == at::kFloat ? out : out.to(dtype);
+}
+
+} // namespace ftopt::storage::ggml

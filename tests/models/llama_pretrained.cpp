@@ -1,0 +1,200 @@
+// Tests for include/ftopt/models/llama_pretrained.hpp: a model written out as llama.cpp's
+// converter writes a GGUF (the q/k rows permuted by convert_hf_to_gguf.py's LlamaModel.permute,
+// written here) and as transformers writes a folder (config.json, safetensors shards and their
+// index) loads back into the same model; configs and files it cannot be are errors naming them.
+// The real SmolLM2 GGUF and transformers-written folders: tests/peer/llama.py.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include <torch/torch.h>
+
+#include <ftopt/json.hpp>
+#include <ftopt/models/llama_pretrained.hpp>
+#include <ftopt/weights/safetensors.hpp>
+
+#include "../support.hpp"
+#include "../weights/gguf_builder.hpp"
+
+using namespace ftopt;
+using Catch::Matchers::Contains;
+
+namespace {
+models::LlamaOptions tiny_options(bool qwen = false) {
+  return {.vocab_size = 48, .hidden = 16, .intermediate = 24, .layers = 2, .heads = 4, .kv_heads = 2,
+          .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 50000.0, .qkv_bias = qwen,
+          .tie_word_embeddings = !qwen};
+}
+
+/// convert_hf_to_gguf.py, LlamaModel.permute:
+///   w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+at::Tensor converter_permute(const at::Tensor& w, std::int64_t n_head) {
+  std::vector<std::int64_t> shape = {n_head, 2, w.size(0) / n_head / 2};
+  for (std::int64_t d = 1; d < w.dim(); ++d) shape.push_back(w.size(d));
+  return w.reshape(shape).transpose(1, 2).reshape(w.sizes());
+}
+
+/// The model as llama.cpp's converter writes it (float32 tensors, GGUF names).
+test::GgufBuilder gguf_of(models::Llama& model, const std::string& arch, const std::string& leave_out = "") {
+  const auto& o = model->options();
+  test::GgufBuilder g;
+  g.string("general.architecture", arch)
+      .u32(arch + ".block_count", static_cast<std::uint32_t>(o.layers))
+      .u32(arch + ".embedding_length", static_cast<std::uint32_t>(o.hidden))
+      .u32(arch + ".feed_forward_length", static_cast<std::uint32_t>(o.intermediate))
+      .u32(arch + ".attention.head_count", static_cast<std::uint32_t>(o.heads))
+      .u32(arch + ".attention.head_count_kv", static_cast<std::uint32_t>(o.kv_heads))
+      .u32(arch + ".context_length", static_cast<std::uint32_t>(o.max_position_embeddings))
+      .f32(arch + ".attention.layer_norm_rms_epsilon", static_cast<float>(o.rms_norm_eps))
+      .f32(arch + ".rope.freq_base", static_cast<float>(o.rope_theta));
+  const std::map<std::string, std::string> names = {
+      {"input_layernorm", "attn_norm"}, {"post_attention_layernorm", "ffn_norm"}, {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},   {"self_attn.v_proj", "attn_v"},           {"self_attn.o_proj", "attn_output"},
+      {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},                {"mlp.down_proj", "ffn_down"}};
+  for (const auto& item : model->named_parameters()) {
+    const std::string& name = item.key();
+    at::Tensor w = item.value().detach();
+    std::string out;
+    if (name == "model.embed_tokens.weight") out = "token_embd.weight";
+    else if (name == "model.norm.weight") out = "output_norm.weight";
+    else if (name == "lm_head.weight") out = "output.weight";
+    else {
+      const auto layer = name.substr(13, name.find('.', 13) - 13);  // model.layers.N.
+      const auto rest = name.substr(13 + layer.size() + 1);
+      const auto module = rest.substr(0, rest.rfind('.'));
+      out = "blk." + layer + "." + names.at(module) + rest.substr(rest.rfind('.'));
+      if (arch == "llama" && module == "self_attn.q_proj") w = converter_permute(w, o.heads);
+      if (arch == "llama" && module == "self_attn.k_proj") w = converter_permute(w, o.kv_heads);
+    }
+    if (leave_out.empty() || !out.starts_with(leave_out)) g.f32_tensor(out, w);
+  }
+  return g;
+}
+
+void randomize(models::Llama& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.uniform_(-0.5, 0.5);
+}
+} // namespace
+
+TEST_CASE("Llama from GGUF: llama's permuted q/k rows and qwen2's biases load back as they were", "[models][llama][gguf]") {
+  const test::ScratchDir scratch("llama-gguf");
+  for (const std::string arch : {"llama", "qwen2"}) {
+    models::Llama original(tiny_options(arch == "qwen2"));
+    randomize(original);
+    gguf_of(original, arch).write(scratch.path / (arch + ".gguf"));
+    const weights::Gguf file(scratch.path / (arch + ".gguf"));
+    const auto options = models::llama_options_from_gguf(file);
+    CHECK(options.tie_word_embeddings == (arch == "llama"));
+    CHECK(options.qkv_bias == (arch == "qwen2"));
+    CHECK(options.rms_norm_eps == Approx(1e-6));
+    auto [loaded, report] = models::load_llama_gguf(scratch.path / (arch + ".gguf"));
+    CHECK(report.loaded == original->parameters().size());
+    const auto mine = loaded->named_parameters();
+    for (const auto& item : original->named_parameters()) CHECK(torch::equal(mine[item.key()], item.value()));
+    torch::NoGradGuard no_grad;
+    const auto ids = torch::randint(0, 48, {1, 5}, torch::kLong);
+    CHECK(torch::equal(loaded(ids), original(ids)));
+  }
+}
+
+TEST_CASE("Llama from GGUF: GGUF names map to transformers' names", "[models][llama][gguf]") {
+  CHECK(models::llama_name_of_gguf("blk.12.attn_q.weight") == "model.layers.12.self_attn.q_proj.weight");
+  CHECK(models::llama_name_of_gguf("blk.0.attn_k.bias") == "model.layers.0.self_attn.k_proj.bias");
+  CHECK(models::llama_name_of_gguf("blk.3.ffn_down.weight") == "model.layers.3.mlp.down_proj.weight");
+  CHECK(models::llama_name_of_gguf("blk.3.ffn_norm.weight") == "model.layers.3.post_attention_layernorm.weight");
+  CHECK(models::llama_name_of_gguf("output.weight") == "lm_head.weight");
+  CHECK(models::llama_name_of_gguf("blk.x.attn_q.weight").empty());
+  CHECK(models::llama_name_of_gguf("rope_freqs.weight").empty());
+  const auto rows = torch::arange(24).view({12, 2});
+  CHECK(torch::equal(models::unpermute_rotary_rows(converter_permute(rows, 3), 3), rows));
+}
+
+TEST_CASE("Llama from GGUF: another architecture, a missing layer or a stray tensor is an error", "[models][llama][gguf]") {
+  const test::ScratchDir scratch("llama-gguf-bad");
+  const auto path = scratch.path / "bad.gguf";
+  auto other = test::GgufBuilder();
+  other.string("general.architecture", "gpt2");
+  other.write(path);
+  CHECK_THAT(test::message_of([&] { models::load_llama_gguf(path); }),
+             Contains("bad.gguf: general.architecture is 'gpt2', not 'llama' or 'qwen2'"));
+
+  models::Llama original(tiny_options());
+  auto stray = gguf_of(original, "llama");
+  stray.f32_tensor("blk.0.attn_q_norm.weight", torch::ones({4}));
+  stray.write(path);
+  CHECK_THAT(test::message_of([&] { models::load_llama_gguf(path); }),
+             Contains("bad.gguf: tensors models::Llama has no place for: blk.0.attn_q_norm.weight"));
+
+  auto three = tiny_options();
+  three.layers = 3;
+  models::Llama deeper(three);
+  gguf_of(deeper, "llama", "blk.2.").write(path);  // block_count says 3, the tensors stop at 2
+  const auto missing = test::message_of([&] { models::load_llama_gguf(path); });
+  CHECK_THAT(missing, Contains("bad.gguf: 9 missing keys: model.layers.2.self_attn.q_proj.weight"));
+  CHECK_THAT(missing, Contains("model.layers.2.post_attention_layernorm.weight"));
+}
+
+TEST_CASE("Llama from a folder: config.json, safetensors shards and their index", "[models][llama]") {
+  const test::ScratchDir scratch("llama-folder");
+  const auto& dir = scratch.path;
+  models::Llama original(tiny_options(/*qwen=*/true));
+  randomize(original);
+  nlohmann::json config = {{"model_type", "qwen2"}, {"vocab_size", 48}, {"hidden_size", 16},
+                           {"intermediate_size", 24}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+                           {"num_key_value_heads", 2}, {"max_position_embeddings", 128}, {"rms_norm_eps", 1e-6},
+                           {"rope_theta", 50000.0}, {"tie_word_embeddings", false}, {"hidden_act", "silu"}};
+  std::ofstream(dir / "config.json") << config.dump();
+  weights::StateDict first, second;
+  nlohmann::json map;
+  for (const auto& item : weights::state_dict(*original)) {
+    const bool one = item.key().find("layers.1.") == std::string::npos;
+    (one ? first : second).insert(item.key(), item.value());
+    map[item.key()] = one ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  weights::save_safetensors(dir / "model-00001-of-00002.safetensors", first);
+  weights::save_safetensors(dir / "model-00002-of-00002.safetensors", second);
+  std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"metadata", nlohmann::json::object()},
+                                                                        {"weight_map", map}}.dump();
+  auto [loaded, report] = models::load_llama(dir);
+  CHECK(report.loaded == original->parameters().size());
+  CHECK(loaded->options().qkv_bias);
+  CHECK_FALSE(loaded->options().o_bias);
+  torch::NoGradGuard no_grad;
+  const auto ids = torch::randint(0, 48, {2, 5}, torch::kLong);
+  CHECK(torch::equal(loaded(ids), original(ids)));
+}
+
+TEST_CASE("Llama from a folder: transformers 5's rope_parameters and the config fields it cannot be", "[models][llama]") {
+  const test::ScratchDir scratch("llama-config");
+  const auto path = scratch.path / "config.json";
+  auto options_of = [&](const nlohmann::json& c) {
+    std::ofstream(path) << c.dump();
+    return models::llama_options_from_config(path);
+  };
+  nlohmann::json c = {{"model_type", "llama"}, {"hidden_size", 64}, {"num_attention_heads", 4},
+                      {"num_key_value_heads", 1}, {"attention_bias", true}, {"tie_word_embeddings", true},
+                      {"rope_parameters", {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 32.0},
+                                           {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                                           {"original_max_position_embeddings", 8192}}}};
+  const auto o = options_of(c);
+  CHECK(o.rope_theta == 500000.0);
+  REQUIRE(o.rope_scaling.has_value());
+  CHECK(o.rope_scaling->factor == 32.0);
+  CHECK((o.qkv_bias && o.o_bias && o.tie_word_embeddings && o.kv_heads == 1));
+  c["rope_parameters"]["rope_type"] = "yarn";
+  CHECK_THAT(test::message_of([&] { options_of(c); }),
+             Contains("config.json: rope_parameters.rope_type is 'yarn'; models::Llama has 'default' and 'llama3'"));
+  c.erase("rope_parameters");
+  c["hidden_act"] = "gelu";
+  CHECK_THAT(test::message_of([&] { options_of(c); }), Contains("hidden_act is 'gelu'"));
+  c["hidden_act"] = "silu";
+  c["model_type"] = "mistral3";
+  CHECK_THAT(test::message_of([&] { options_of(c); }), Contains("model_type is 'mistral3', not 'llama' or 'qwen2'"));
+  c["model_type"] = "llama";
+  c["num_hidden_layers"] = "thirty";
+  CHECK_THAT(test::message_of([&] { options_of(c); }), Contains("num_hidden_layers is \"thirty\", not an integer"));
+  c["num_hidden_layers"] = 2;
+  c["num_key_value_heads"] = 3;
+  CHECK_THAT(test::message_of([&] { options_of(c); }), Contains("heads 4 must be a multiple of kv_heads 3"));
+}

@@ -1,0 +1,65 @@
+// The C++ side of tests/peer/llama.py: weights::Gguf, text::ByteLevelBpe and models::Llama on
+// SmolLM2-135M-Instruct's real GGUF file and on folders transformers wrote.
+//   tokenize GGUF TOKENIZER_JSON TEXTS WORK  ids of every line of TEXTS (JSON strings), with the
+//                                     tokenizer of the GGUF's metadata and with TOKENIZER_JSON
+//                                     -> tokenize.ftopt.safetensors {gguf, json, lengths, decoded_ok}
+//   tensors GGUF WORK                 every tensor under transformers' names, dequantized to
+//                                     float32 -> tensors.ftopt.safetensors
+//   logits SOURCE WORK                models::Llama from a GGUF file or a transformers folder on
+//                                     input.safetensors (input_ids, attention_mask) -> SOURCE's
+//                                     file name + .ftopt.safetensors {logits} (float32, eval)
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <ftopt/models/llama.hpp>
+#include <ftopt/models/llama_pretrained.hpp>
+#include <ftopt/text/bpe_files.hpp>
+#include <ftopt/weights/gguf.hpp>
+
+#include "peer.hpp"
+
+int main(int argc, char** argv) {
+  using namespace ftopt;
+  return peer::main(argc, argv, {
+    {"tokenize", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 3) throw std::runtime_error("tokenize needs GGUF TOKENIZER_JSON TEXTS");
+       const auto from_gguf = text::bpe_from_gguf(weights::Gguf(args[0]));
+       const auto from_json = text::bpe_from_tokenizer_json(args[1]);
+       std::vector<std::int64_t> gguf_ids, json_ids, lengths, decoded_ok;
+       for (const auto& t : peer::read_json_lines(work / args[2])) {
+         const auto a = from_gguf.encode(t, "texts"), b = from_json.encode(t, "texts");
+         gguf_ids.insert(gguf_ids.end(), a.begin(), a.end());
+         json_ids.insert(json_ids.end(), b.begin(), b.end());
+         lengths.push_back(static_cast<std::int64_t>(a.size()));
+         decoded_ok.push_back(from_gguf.decode(a) == t ? 1 : 0);
+       }
+       weights::StateDict out;
+       out.insert("gguf", torch::tensor(gguf_ids, torch::kLong));
+       out.insert("json", torch::tensor(json_ids, torch::kLong));
+       out.insert("lengths", torch::tensor(lengths, torch::kLong));
+       out.insert("decoded_ok", torch::tensor(decoded_ok, torch::kLong));
+       peer::save(work, "tokenize.ftopt.safetensors", out);
+     }},
+    {"tensors", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 1) throw std::runtime_error("tensors needs GGUF");
+       const weights::Gguf file(args[0]);
+       peer::save(work, "tensors.ftopt.safetensors",
+                  models::llama_state_from_gguf(file, models::llama_options_from_gguf(file)));
+     }},
+    {"logits", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 1) throw std::runtime_error("logits needs SOURCE (a .gguf file or a folder)");
+       const std::filesystem::path source = args[0];
+       auto [model, report] = source.extension() == ".gguf" ? models::load_llama_gguf(source)
+                                                            : models::load_llama(source);
+       model->eval();
+       torch::NoGradGuard no_grad;
+       auto input = peer::load(work, "input.safetensors");
+       weights::StateDict out;
+       out.insert("logits", model(torch::stack({input["input_ids"], input["attention_mask"]}, 1)));
+       peer::save(work, source.filename().string() + ".ftopt.safetensors", out);
+     }},
+  });
+}

