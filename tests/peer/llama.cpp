@@ -5,6 +5,9 @@
 //                                     -> tokenize.ftopt.safetensors {gguf, json, lengths, decoded_ok}
 //   tensors GGUF WORK                 every tensor under transformers' names, dequantized to
 //                                     float32 -> tensors.ftopt.safetensors
+//   q4_1 GGUF WORK                    storage::Q4_1's blocks of q4_1.input.safetensors' "w" and, for every
+//                                     Q4_1 tensor of GGUF, whether quantize(dequantize(blocks)) gives
+//                                     its bytes back -> q4_1.ftopt.safetensors {blocks, same, tensors}
 //   logits SOURCE WORK                models::Llama from a GGUF file or a transformers folder on
 //                                     input.safetensors (input_ids, attention_mask) -> SOURCE's
 //                                     file name + .ftopt.safetensors {logits} (float32, eval)
@@ -16,6 +19,7 @@
 
 #include <ftopt/models/llama.hpp>
 #include <ftopt/models/llama_pretrained.hpp>
+#include <ftopt/storage/q4_1.hpp>
 #include <ftopt/text/bpe_files.hpp>
 #include <ftopt/weights/gguf.hpp>
 
@@ -48,6 +52,22 @@ int main(int argc, char** argv) {
        const weights::Gguf file(args[0]);
        peer::save(work, "tensors.ftopt.safetensors",
                   models::llama_state_from_gguf(file, models::llama_options_from_gguf(file)));
+     }},
+    {"q4_1", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 1) throw std::runtime_error("q4_1 needs GGUF");
+       const weights::Gguf file(args[0]);
+       std::int64_t tensors = 0, same = 0;
+       for (const auto& t : file.tensors()) {
+         if (t.type != storage::ggml::Type::Q4_1) continue;
+         ++tensors;
+         const auto packed = storage::Q4_1::from_blocks(file.bytes(t), t.shape);
+         same += at::equal(storage::Q4_1().quantize(storage::Q4_1::dequantize(packed, at::kFloat)).data, packed.data);
+       }
+       weights::StateDict out;
+       out.insert("blocks", storage::Q4_1().quantize(peer::load(work, "q4_1.input.safetensors")["w"]).data);
+       out.insert("same", torch::tensor(same));
+       out.insert("tensors", torch::tensor(tensors));
+       peer::save(work, "q4_1.ftopt.safetensors", out);
      }},
     {"logits", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 1) throw std::runtime_error("logits needs SOURCE (a .gguf file or a folder)");

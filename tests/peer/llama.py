@@ -104,6 +104,18 @@ differ = [k for k in sorted(set(mine) & set(theirs)) if not torch.equal(mine[k],
 peer.check(f"all {len(theirs)} tensors equal to transformers' GGUF loader's", not differ,
            "".join(f"\n       {k}: max |diff| {(mine[k] - theirs[k]).abs().max().item():.3g}" for k in differ[:5]))
 
+# Q4_1 as llama.cpp quantizes: gguf-py's quants.quantize (the Python twin of ggml-quants.c's
+# quantize_row_q4_1_ref) gives ftopt's bytes; and every Q4_1 tensor of the file comes back as it was.
+w = torch.randn(64, 96) * 0.05
+w[3, :32] = 0.25  # a flat block: d = 0
+peer.save("q4_1.input.safetensors", {"w": w})
+peer.ftopt("q4_1", gguf_path)
+got = peer.load("q4_1.ftopt.safetensors")
+want = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_1).copy())
+peer.equal("Q4_1 blocks equal to gguf-py's quantize", got["blocks"], want.view(torch.uint8).reshape(got["blocks"].shape))
+peer.check(f"every Q4_1 tensor of the file round-trips to its bytes ({got['same'].item()} of {got['tensors'].item()})",
+           got["same"].item() == got["tensors"].item() == 210)
+
 titles = [a.split("\n")[0] for a in articles[::450]][:5]
 encoded = [e.ids for e in reference.encode_batch(titles)]
 T = max(len(e) for e in encoded)

@@ -1,8 +1,9 @@
 #pragma once
 /// peft::QLora<Format>: LoRA over a frozen base held quantized (QLoRA, Dettmers et al. 2023).
 /// peft::Lora's adapters, settings and adapter files, with the weight of each adapted nn::Linear
-/// stored in `Format` instead of float: storage::Int8PerChannel (25% of float32) or storage::Nf4
-/// (block 64, double-quantized scalers: 12.9%), both in storage/. The
+/// stored in `Format` instead of float: storage::Int8PerChannel (25% of float32), storage::Nf4
+/// (block 64, double-quantized scalers: 12.9%) or storage::Q4_1 (ggml's blocks, which a GGUF
+/// file's Q4_1 tensors give back byte for byte: 15.6%), all in storage/. The
 /// forward dequantizes the base for its GEMM and again for the input's gradient, in the compute
 /// dtype; the adapters train in float as under peft::Lora:
 ///     y = deq(Q(W)) x + b + scaling * B(A(dropout(x)))
@@ -53,6 +54,7 @@
 #include <ftopt/storage/int8_per_channel.hpp>
 #include <ftopt/storage/nf4.hpp>
 #include <ftopt/storage/packed.hpp>
+#include <ftopt/storage/q4_1.hpp>
 
 namespace ftopt::peft {
 

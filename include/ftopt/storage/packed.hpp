@@ -5,6 +5,7 @@
 /// reads any format through `Format::dequantize`. The formats:
 ///   storage::Int8PerChannel  one int8 value a weight, one float scale a row   (25.1% of float32)
 ///   storage::Nf4             4-bit NormalFloat, double-quantized block scales (12.9%)
+///   storage::Q4_1            ggml's Q4_1 blocks, as GGUF files hold LLMs        (15.6%)
 ///
 ///   storage::Nf4 nf4;                               // block 64, scalers in blocks of 256
 ///   nf4.check(weight, "layer.0.attention.query");   // the block sizes divide it, or an error
@@ -22,7 +23,8 @@ namespace ftopt::storage {
 
 /// A frozen weight in a quantized format: what Int8PerChannel or Nf4 store for it.
 struct PackedWeight {
-  at::Tensor data;     ///< Int8PerChannel: int8 [out, in]; Nf4: uint8 [numel / 2], two codes a byte
+  at::Tensor data;     ///< Int8PerChannel: int8 [out, in]; Nf4: uint8 [numel / 2], two codes a byte;
+                       ///< Q4_1: uint8 [out, in / 32 * 20], the blocks
   at::Tensor scales;   ///< Int8PerChannel: float32 [out]; Nf4: int8 [numel / block_size]
   at::Tensor factors;  ///< Nf4: float32 [blocks / scaler_block_size], the scalers' own scales
   at::Tensor mean;     ///< Nf4: float32 [], the scalers' mean
