@@ -8,6 +8,8 @@
 //   q4_1 GGUF WORK                    storage::Q4_1's blocks of q4_1.input.safetensors' "w" and, for every
 //                                     Q4_1 tensor of GGUF, whether quantize(dequantize(blocks)) gives
 //                                     its bytes back -> q4_1.ftopt.safetensors {blocks, same, tensors}
+//   fused-loss WORK                   loss::linear_cross_entropy of fused.input.safetensors {h, w,
+//                                     labels} -> fused.ftopt.safetensors {loss, grad_h, grad_w}
 //   logits SOURCE WORK                models::Llama from a GGUF file or a transformers folder on
 //                                     input.safetensors (input_ids, attention_mask) -> SOURCE's
 //                                     file name + .ftopt.safetensors {logits} (float32, eval)
@@ -17,6 +19,7 @@
 
 #include <torch/torch.h>
 
+#include <ftopt/loss/causal_lm.hpp>
 #include <ftopt/models/llama.hpp>
 #include <ftopt/models/llama_pretrained.hpp>
 #include <ftopt/storage/q4_1.hpp>
@@ -68,6 +71,18 @@ int main(int argc, char** argv) {
        out.insert("same", torch::tensor(same));
        out.insert("tensors", torch::tensor(tensors));
        peer::save(work, "q4_1.ftopt.safetensors", out);
+     }},
+    {"fused-loss", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (!args.empty()) throw std::runtime_error("fused-loss takes no arguments");
+       auto in = peer::load(work, "fused.input.safetensors");
+       auto h = in["h"].requires_grad_(true), w = in["w"].requires_grad_(true);
+       const auto value = loss::linear_cross_entropy(h, w, in["labels"]);
+       value.backward();
+       weights::StateDict out;
+       out.insert("loss", value.detach());
+       out.insert("grad_h", h.grad());
+       out.insert("grad_w", w.grad());
+       peer::save(work, "fused.ftopt.safetensors", out);
      }},
     {"logits", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 1) throw std::runtime_error("logits needs SOURCE (a .gguf file or a folder)");

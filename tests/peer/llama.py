@@ -116,6 +116,21 @@ peer.equal("Q4_1 blocks equal to gguf-py's quantize", got["blocks"], want.view(t
 peer.check(f"every Q4_1 tensor of the file round-trips to its bytes ({got['same'].item()} of {got['tensors'].item()})",
            got["same"].item() == got["tensors"].item() == 210)
 
+# The fused linear cross-entropy against F.cross_entropy over the whole logits, at SmolLM2's
+# vocabulary and width, a fifth of the labels -100.
+h = torch.randn(300, 576, requires_grad=True)
+w = (torch.randn(49152, 576) * 0.05).requires_grad_(True)
+labels = torch.randint(0, 49152, (300,))
+labels[torch.rand(300) < 0.2] = -100
+peer.save("fused.input.safetensors", {"h": h.detach(), "w": w.detach(), "labels": labels})
+expected = torch.nn.functional.cross_entropy(h @ w.t(), labels, ignore_index=-100)
+expected.backward()
+peer.ftopt("fused-loss")
+got = peer.load("fused.ftopt.safetensors")
+peer.close("fused loss equal to F.cross_entropy over the logits", got["loss"], expected.detach(), atol=1e-5)
+peer.close("its gradient of the hidden states", got["grad_h"], h.grad, atol=1e-7)
+peer.close("its gradient of the head", got["grad_w"], w.grad, atol=1e-7)
+
 titles = [a.split("\n")[0] for a in articles[::450]][:5]
 encoded = [e.ids for e in reference.encode_batch(titles)]
 T = max(len(e) for e in encoded)

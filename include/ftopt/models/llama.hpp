@@ -245,8 +245,7 @@ private:
 TORCH_MODULE(LlamaModel);
 
 /// transformers' LlamaForCausalLM: the model and the LM head. forward(input) -> logits
-/// [B, T, vocab]; hidden(input) -> the hidden states the head reads, for a loss that computes
-/// the logits chunk by chunk.
+/// [B, T, vocab]; hidden(input) -> the hidden states the head reads.
 class LlamaImpl : public torch::nn::Module {
 public:
   /// Its decoder layers can be checkpointed (memory::Checkpoint).
@@ -259,7 +258,9 @@ public:
     initialize();
   }
 
-  torch::Tensor forward(const torch::Tensor& input) { return logits(model(input)); }
+  /// The logits [B, T, vocab]; the hidden states [B, T, hidden] instead while output_hidden is
+  /// set (for loss::fused_causal_lm, which applies the head chunk by chunk).
+  torch::Tensor forward(const torch::Tensor& input) { return output_hidden ? model(input) : logits(model(input)); }
   torch::Tensor hidden(const torch::Tensor& input) { return model(input); }
   /// The LM head over hidden states [..., hidden] -> [..., vocab].
   torch::Tensor logits(const torch::Tensor& hidden_states) {
@@ -291,6 +292,7 @@ private:
 public:
   LlamaModel model;
   nn::Linear lm_head{nullptr};
+  bool output_hidden = false;  ///< forward returns the hidden states, not the logits
 };
 
 /// The module handle, constructible from braced options.

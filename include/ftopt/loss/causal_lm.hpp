@@ -1,0 +1,135 @@
+#pragma once
+/// The causal language-modelling loss, as transformers' ForCausalLMLoss computes it: position t's
+/// logits predict label t + 1; labels of -100 (prompt tokens, padding) are ignored; the mean over
+/// the labels kept, in float32 whatever the logits' dtype.
+///
+///   loss::causal_lm(logits, labels)             logits [B, T, V] (a model's output)
+///   loss::linear_cross_entropy(h, W, labels)    the same loss from hidden states h [N, H] and the
+///                                               LM head's weight W [V, H], never forming the
+///                                               [N, V] logits: `chunk` rows at a time, the loss
+///                                               and the gradients of h and (when it learns) W are
+///                                               computed in the forward, so the backward only
+///                                               scales them (Liger-Kernel's
+///                                               FusedLinearCrossEntropy, torchtune's
+///                                               LinearCrossEntropyLoss). Under autocast the
+///                                               GEMMs run in its dtype, the softmax in float32.
+///   loss::fused_causal_lm(weight)               a LossFunction for the Trainer: the model returns
+///                                               hidden states [B, T, H] (models::Llama's
+///                                               `output_hidden`), `weight()` gives the head.
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <ftopt/detail/autograd.hpp>
+#include <ftopt/detail/compat.hpp>
+#include <ftopt/error.hpp>
+
+namespace ftopt::loss {
+
+/// The label that is not predicted (transformers' and PyTorch's ignore_index).
+inline constexpr std::int64_t ignore_index = -100;
+
+/// Labels shifted for next-token prediction: labels[:, 1:] then -100, flattened to [B * T].
+inline at::Tensor shifted_labels(const at::Tensor& labels) {
+  check(labels.dim() == 2 && !labels.is_floating_point(), "loss::causal_lm: labels must be integer [B, T], got ",
+        labels.sizes(), " ", at::toString(labels.scalar_type()));
+  return at::cat({labels.slice(1, 1), at::full({labels.size(0), 1}, ignore_index, labels.options())}, 1).flatten();
+}
+
+/// The mean cross-entropy of next-token predictions; logits [B, T, V], labels [B, T].
+inline at::Tensor causal_lm(const at::Tensor& logits, const at::Tensor& labels) {
+  check(logits.dim() == 3 && logits.sizes().slice(0, 2) == labels.sizes(), "loss::causal_lm: logits ",
+        logits.sizes(), " do not match labels ", labels.sizes(), " ([B, T, V] and [B, T])");
+  const at::Tensor flat = shifted_labels(labels);
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(2)}).to(at::kFloat), flat, {},
+                                at::Reduction::Mean, ignore_index);
+}
+
+namespace detail {
+/// Forward: the loss and every gradient, chunk by chunk; backward: those gradients times the
+/// loss's incoming gradient.
+struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& labels, std::int64_t chunk, at::ScalarType compute) {
+    const auto guard = ftopt::detail::no_autocast();
+    const at::Tensor h = hidden.to(compute), w = weight.to(compute);
+    const auto N = h.size(0);
+    const at::Tensor kept = labels.ne(ignore_index);
+    const std::int64_t count = kept.sum().item<std::int64_t>();
+    const double scale = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
+    const bool want_h = hidden.requires_grad(), want_w = weight.requires_grad();
+    at::Tensor grad_h = want_h ? at::zeros_like(h) : at::Tensor();
+    at::Tensor grad_w = want_w ? at::zeros(w.sizes(), w.options().dtype(at::kFloat)) : at::Tensor();
+    at::Tensor total = at::zeros({}, h.options().dtype(at::kFloat));
+    for (std::int64_t start = 0; start < N; start += chunk) {
+      const auto n = std::min(chunk, N - start);
+      const at::Tensor hc = h.narrow(0, start, n), yc = labels.narrow(0, start, n), kc = kept.narrow(0, start, n);
+      const at::Tensor logits = at::matmul(hc, w.t()).to(at::kFloat);  // [n, V], the only one alive
+      const at::Tensor lse = logits.logsumexp(1);
+      const at::Tensor safe = yc.masked_fill(kc.logical_not(), 0);
+      const at::Tensor picked = logits.gather(1, safe.unsqueeze(1)).squeeze(1);
+      total += ((lse - picked) * kc).sum();
+      if (!want_h && !want_w) continue;
+      // d loss / d logits = (softmax - onehot) / count on kept rows, 0 elsewhere.
+      at::Tensor g = (logits - lse.unsqueeze(1)).exp_();
+      g.scatter_add_(1, safe.unsqueeze(1), at::full({n, 1}, -1.0, g.options()));
+      g.mul_((kc.to(at::kFloat) * scale).unsqueeze(1));
+      if (want_h) grad_h.narrow(0, start, n).copy_(at::matmul(g.to(compute), w));
+      if (want_w) grad_w.addmm_(g.t(), hc.to(at::kFloat));
+    }
+    ctx->save_for_backward({grad_h, grad_w});
+    ctx->saved_data["hidden_dtype"] = static_cast<std::int64_t>(hidden.scalar_type());
+    ctx->saved_data["weight_dtype"] = static_cast<std::int64_t>(weight.scalar_type());
+    return total * scale;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& g = grad_out[0];
+    auto scaled = [&](const at::Tensor& grad, const char* dtype) {
+      if (!grad.defined()) return at::Tensor();
+      return (grad.to(at::kFloat) * g).to(static_cast<at::ScalarType>(ctx->saved_data[dtype].toInt()));
+    };
+    return {scaled(saved[0], "hidden_dtype"), scaled(saved[1], "weight_dtype"), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+} // namespace detail
+
+/// Mean cross-entropy of softmax(h W^T) against labels (-100 ignored), `chunk` rows at a time.
+/// hidden [N, H], weight [V, H], labels [N].
+inline at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
+                                       std::int64_t chunk = 256) {
+  check(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1) && labels.dim() == 1 &&
+            labels.size(0) == hidden.size(0),
+        "loss::linear_cross_entropy: hidden ", hidden.sizes(), ", weight ", weight.sizes(), " and labels ",
+        labels.sizes(), " are not [N, H], [V, H] and [N]");
+  check(chunk >= 1, "loss::linear_cross_entropy: chunk must be >= 1, got ", chunk);
+  const auto device = hidden.device().type();
+  const at::ScalarType compute = compat::autocast_enabled(device) ? compat::autocast_dtype(device)
+                                                                  : hidden.scalar_type();
+  const at::Tensor outside = labels.ne(ignore_index).logical_and(labels.lt(0).logical_or(labels.ge(weight.size(0))));
+  if (outside.any().item<bool>())
+    fail("loss::linear_cross_entropy: label ", labels.masked_select(outside)[0].item<std::int64_t>(),
+         " is outside the vocabulary of ", weight.size(0), " (and not -100)");
+  return detail::LinearCrossEntropy::apply(hidden, weight, labels, chunk, compute);
+}
+
+/// A Trainer loss over hidden states [B, T, H] and labels [B, T]: next-token prediction through
+/// the head `weight()` returns, by linear_cross_entropy.
+inline std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> fused_causal_lm(
+    std::function<at::Tensor()> weight, std::int64_t chunk = 256) {
+  return [weight = std::move(weight), chunk](const at::Tensor& hidden, const at::Tensor& labels) {
+    check(hidden.dim() == 3 && hidden.sizes().slice(0, 2) == labels.sizes(), "loss::fused_causal_lm: hidden states ",
+          hidden.sizes(), " do not match labels ", labels.sizes(), " ([B, T, H] and [B, T])");
+    return linear_cross_entropy(hidden.reshape({-1, hidden.size(2)}), weight(), shifted_labels(labels), chunk);
+  };
+}
+
+} // namespace ftopt::loss
