@@ -10,6 +10,10 @@
 //                                     its bytes back -> q4_1.ftopt.safetensors {blocks, same, tensors}
 //   fused-loss WORK                   loss::linear_cross_entropy of fused.input.safetensors {h, w,
 //                                     labels} -> fused.ftopt.safetensors {loss, grad_h, grad_w}
+//   generate GGUF WORK                SmolLM2's chat prompt for the user message of generate.jsonl,
+//                                     then greedy decoding of up to 32 tokens, stopping at the
+//                                     GGUF's EOS -> generate.ftopt.safetensors {prompt, answer}, and
+//                                     the prompt's text as generate.prompt.txt
 //   logits SOURCE WORK                models::Llama from a GGUF file or a transformers folder on
 //                                     input.safetensors (input_ids, attention_mask) -> SOURCE's
 //                                     file name + .ftopt.safetensors {logits} (float32, eval)
@@ -20,10 +24,12 @@
 #include <torch/torch.h>
 
 #include <ftopt/loss/causal_lm.hpp>
+#include <ftopt/models/generate.hpp>
 #include <ftopt/models/llama.hpp>
 #include <ftopt/models/llama_pretrained.hpp>
 #include <ftopt/storage/q4_1.hpp>
 #include <ftopt/text/bpe_files.hpp>
+#include <ftopt/text/chat_template.hpp>
 #include <ftopt/weights/gguf.hpp>
 
 #include "peer.hpp"
@@ -83,6 +89,20 @@ int main(int argc, char** argv) {
        out.insert("grad_h", h.grad());
        out.insert("grad_w", w.grad());
        peer::save(work, "fused.ftopt.safetensors", out);
+     }},
+    {"generate", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 1) throw std::runtime_error("generate needs GGUF");
+       const weights::Gguf file(args[0]);
+       const auto bpe = text::bpe_from_gguf(file);
+       const std::string prompt = text::chatml({{"user", peer::read_json_lines(work / "generate.jsonl").at(0)}});
+       std::ofstream(work / "generate.prompt.txt", std::ios::binary) << prompt;
+       const auto ids = bpe.encode(prompt, "the prompt");
+       auto [model, report] = models::load_llama_gguf(args[0]);
+       const auto answer = models::generate(*model, ids, {.max_new_tokens = 32, .stop = {bpe.eos_id()}});
+       weights::StateDict out;
+       out.insert("prompt", torch::tensor(ids, torch::kLong));
+       out.insert("answer", torch::tensor(answer, torch::kLong));
+       peer::save(work, "generate.ftopt.safetensors", out);
      }},
     {"logits", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 1) throw std::runtime_error("logits needs SOURCE (a .gguf file or a folder)");

@@ -157,6 +157,29 @@ def compare_logits(what, source, models_by_attention):
 
 compare_logits("SmolLM2-135M-Instruct Q4_1, float32", gguf_path, hf)
 
+# --- generation -----------------------------------------------------------------------------
+# SmolLM2's chat template as transformers renders it from the GGUF, and greedy decoding of up to
+# 32 tokens (stopping at its EOS) equal to transformers' generate.
+from transformers import AutoTokenizer  # noqa: E402
+
+question = "Summarize this article in one sentence.\n\n" + articles[0][:600]
+with open(peer.path("generate.jsonl"), "w", encoding="utf-8") as out:
+    out.write(json.dumps(question) + "\n")
+peer.ftopt("generate", gguf_path)
+got = peer.load("generate.ftopt.safetensors")
+hf_tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+rendered = hf_tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                            add_generation_prompt=True)
+peer.check("the chat prompt equal to transformers' apply_chat_template",
+           open(peer.path("generate.prompt.txt"), encoding="utf-8").read() == rendered)
+peer.check("its ids equal to tokenizers'", got["prompt"].tolist() == reference.encode(rendered).ids)
+with torch.no_grad():
+    want = hf["sdpa"].generate(got["prompt"].view(1, -1), attention_mask=torch.ones(1, got["prompt"].numel(), dtype=torch.long),
+                               max_new_tokens=32, do_sample=False, eos_token_id=2, pad_token_id=2)[0, got["prompt"].numel():]
+peer.check(f"greedy decoding equal to transformers' generate ({want.numel()} tokens: "
+           f"{reference.decode(want.tolist())[:60]!r}...)", got["answer"].tolist() == want.tolist(),
+           f"\n       ftopt {got['answer'].tolist()}\n       HF    {want.tolist()}")
+
 # --- folders transformers writes ------------------------------------------------------------
 torch.manual_seed(0)
 qwen_config = Qwen2Config(vocab_size=49152, hidden_size=64, intermediate_size=96, num_hidden_layers=2,

@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -116,6 +117,14 @@ inline at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const
   return x * cos + rotated * sin;
 }
 
+/// The keys and values of the tokens a Llama has seen, per layer, for generation: each step
+/// runs only the new tokens (LlamaImpl::forward_cached). Keys are stored after their rotation.
+struct LlamaKvCache {
+  std::vector<at::Tensor> keys, values;  ///< per layer [B, kv_heads, capacity, head_dim]
+  std::int64_t length = 0;               ///< tokens stored
+  std::int64_t capacity = 0;
+};
+
 namespace detail {
 inline nn::Linear llama_linear(std::int64_t in, std::int64_t out, bool bias) {
   return nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
@@ -132,23 +141,39 @@ struct LlamaAttentionImpl : torch::nn::Module {
         v_proj(register_module("v_proj", detail::llama_linear(o.hidden, o.kv_heads * head_dim, o.qkv_bias))),
         o_proj(register_module("o_proj", detail::llama_linear(o.heads * head_dim, o.hidden, o.o_bias))) {}
 
-  /// x [B, T, C]; cos, sin [T, head_dim]; mask bool [B, 1, T, T] (true = attend), or undefined
-  /// for causal attention over every position.
+  /// x [B, T, C]; cos, sin [T, head_dim]; mask bool [B, 1, T, T'] (true = attend), or undefined
+  /// for causal attention over every position. With a cache (layer `layer` of it), the new keys
+  /// and values are stored at its end and the queries attend to everything stored.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask) {
+                        const torch::Tensor& mask, LlamaKvCache* cache = nullptr, std::size_t layer = 0) {
     const auto B = x.size(0), T = x.size(1);
     auto [q, k, v] = nn::shared_input_linears<3>({q_proj.get(), k_proj.get(), v_proj.get()}, x, kernel.shared_input);
     auto split = [&](const at::Tensor& t, std::int64_t n) { return t.view({B, T, n, head_dim}).transpose(1, 2); };
     at::Tensor qh = apply_rotary(split(q, heads), cos.to(q.scalar_type()), sin.to(q.scalar_type()));
     at::Tensor kh = apply_rotary(split(k, kv_heads), cos.to(k.scalar_type()), sin.to(k.scalar_type()));
     at::Tensor vh = split(v, kv_heads);
+    bool causal = !mask.defined();
+    if (cache != nullptr) {
+      auto& keys = cache->keys[layer];
+      auto& values = cache->values[layer];
+      if (!keys.defined() || keys.scalar_type() != kh.scalar_type()) {
+        keys = at::empty({B, kv_heads, cache->capacity, head_dim}, kh.options());
+        values = at::empty({B, kv_heads, cache->capacity, head_dim}, vh.options());
+      }
+      const auto end = cache->length + T;
+      keys.narrow(2, cache->length, T).copy_(kh);
+      values.narrow(2, cache->length, T).copy_(vh);
+      kh = keys.narrow(2, 0, end);
+      vh = values.narrow(2, 0, end);
+      causal = causal && cache->length == 0;  // later steps attend to all that is stored (mask given)
+    }
     if (heads != kv_heads) {  // transformers' repeat_kv
       kh = kh.repeat_interleave(heads / kv_heads, 1);
       vh = vh.repeat_interleave(heads / kv_heads, 1);
     }
     auto out = compat::scaled_dot_product_attention(qh, kh, vh, mask.defined() ? std::optional<at::Tensor>(mask)
                                                                                : std::nullopt,
-                                                    0.0, /*is_causal=*/!mask.defined(), kernel);
+                                                    0.0, causal, kernel);
     return o_proj(out.transpose(1, 2).reshape({B, T, heads * head_dim}));
   }
 
@@ -181,8 +206,8 @@ struct LlamaDecoderLayerImpl : torch::nn::Module {
         input_layernorm(register_module("input_layernorm", nn::RmsNorm(o.hidden, o.rms_norm_eps))),
         post_attention_layernorm(register_module("post_attention_layernorm", nn::RmsNorm(o.hidden, o.rms_norm_eps))) {}
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask) {
-    at::Tensor h = self_attn->forward(input_layernorm(x), cos, sin, mask);
+                        const torch::Tensor& mask, LlamaKvCache* cache = nullptr, std::size_t layer = 0) {
+    at::Tensor h = self_attn->forward(input_layernorm(x), cos, sin, mask, cache, layer);
     h = x + h.to(x.scalar_type());  // under autocast the branch is bf16 and the stream fp32
     return h + mlp(post_attention_layernorm(h)).to(h.scalar_type());
   }
@@ -219,10 +244,7 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
         mask = causal.logical_and(kept.view({B, 1, 1, T})).logical_or(at::eye(T, kept.options()));
       }
     }
-    const at::Tensor positions = at::arange(T, at::TensorOptions().dtype(at::kFloat).device(ids.device()));
-    const at::Tensor freqs = at::outer(positions, inv_freq_.to(ids.device()));
-    const at::Tensor angles = at::cat({freqs, freqs}, -1);  // [T, head_dim]
-    const at::Tensor cos = angles.cos(), sin = angles.sin();
+    const auto [cos, sin] = rotary(0, T, ids.device());
     at::Tensor h = embed_tokens(ids);
     for (std::size_t i = 0; i < layers->size(); ++i) {
       auto& block = *layers[i]->as<LlamaDecoderLayerImpl>();
@@ -232,6 +254,26 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
     }
     return norm(h);
   }
+  /// The hidden states of new tokens ids [B, T] after those in `cache` (which takes their keys
+  /// and values): generation's step. No padding, no checkpointing.
+  torch::Tensor forward_cached(const torch::Tensor& ids, LlamaKvCache& cache) {
+    const auto T = ids.size(1), start = cache.length;
+    check(start + T <= cache.capacity, "models::Llama: ", start + T, " tokens do not fit the cache's capacity of ",
+          cache.capacity);
+    cache.keys.resize(layers->size());
+    cache.values.resize(layers->size());
+    at::Tensor mask;  // new token i sees every stored token and the new ones up to itself
+    if (start > 0 && T > 1)
+      mask = at::ones({T, start + T}, ids.options().dtype(at::kBool)).tril(start).view({1, 1, T, start + T});
+    else if (start > 0)
+      mask = at::ones({1, 1, 1, start + 1}, ids.options().dtype(at::kBool));
+    const auto [cos, sin] = rotary(start, T, ids.device());
+    at::Tensor h = embed_tokens(ids);
+    for (std::size_t i = 0; i < layers->size(); ++i) h = layer(i).forward(h, cos, sin, mask, &cache, i);
+    cache.length += T;
+    return norm(h);
+  }
+
   /// Decoder layer i (transformers: model.layers[i]).
   LlamaDecoderLayerImpl& layer(std::size_t i) { return *layers[i]->as<LlamaDecoderLayerImpl>(); }
 
@@ -240,6 +282,15 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
   nn::RmsNorm norm;
 
 private:
+  /// cos and sin [T, head_dim] of positions start .. start + T - 1.
+  std::pair<at::Tensor, at::Tensor> rotary(std::int64_t start, std::int64_t T, const at::Device& device) const {
+    const at::Tensor positions =
+        at::arange(start, start + T, at::TensorOptions().dtype(at::kFloat).device(device));
+    const at::Tensor freqs = at::outer(positions, inv_freq_.to(device));
+    const at::Tensor angles = at::cat({freqs, freqs}, -1);
+    return {angles.cos(), angles.sin()};
+  }
+
   at::Tensor inv_freq_;  // not a buffer: transformers does not save it either
 };
 TORCH_MODULE(LlamaModel);
@@ -266,6 +317,13 @@ public:
   torch::Tensor logits(const torch::Tensor& hidden_states) {
     if (lm_head) return lm_head(hidden_states);
     return torch::nn::functional::linear(hidden_states, model->embed_tokens->weight);
+  }
+  /// An empty cache for sequences of up to `capacity` tokens (its tensors are made on first use,
+  /// in the batch size, dtype and device of the keys).
+  static LlamaKvCache cache(std::int64_t capacity) { return {.capacity = capacity}; }
+  /// The logits of new tokens ids [B, T] after those in `cache` (generation's step).
+  torch::Tensor forward_cached(const torch::Tensor& ids, LlamaKvCache& cache) {
+    return logits(model->forward_cached(ids, cache));
   }
   /// The head's weight [vocab, hidden]: lm_head's, or the tied embeddings.
   const at::Tensor& head_weight() const { return lm_head ? lm_head->weight : model->embed_tokens->weight; }
