@@ -1,4 +1,4 @@
-// Tests for include/ftopt/batch.hpp and include/ftopt/model.hpp: the shapes fit accepts.
+// Tests for include/ftopt/batch.hpp: the shapes fit accepts.
 #include <catch2/catch.hpp>
 
 #include <list>
@@ -18,11 +18,6 @@ static_assert(Batch<std::tuple<torch::Tensor, torch::Tensor>>);
 static_assert(Batch<torch::data::Example<>>);
 static_assert(!Batch<torch::Tensor>);
 static_assert(!Batch<std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>>);
-static_assert(Model<models::Mlp>);
-static_assert(Model<torch::nn::Linear>);
-static_assert(Model<std::shared_ptr<models::MlpImpl>>);
-static_assert(!Model<std::shared_ptr<torch::nn::Module>>);  // no forward
-static_assert(!Model<torch::Tensor>);
 
 TEST_CASE("fit takes any range of batch shapes, range-v3 views included", "[batch]") {
   auto pairs = test::random_batches(2, 4);
