@@ -20,27 +20,13 @@
 #include <ftopt/trainer.hpp>
 
 #include "../support.hpp"
+#include "int8_reference.hpp"
 
 using namespace ftopt;
 using Catch::Matchers::Contains;
 using ftopt::test::ScratchDir;
 
 namespace quant_test {
-
-double relative_error(const torch::Tensor& got, const torch::Tensor& want) {
-  return ((got - want).norm() / want.norm()).item<double>();
-}
-
-/// What the dynamic kernel computes, from the formulas above.
-torch::Tensor dynamic_reference(const torch::Tensor& x, const torch::Tensor& qweight, const torch::Tensor& bias,
-                                bool reduce) {
-  const double lo = std::min(x.min().item<double>(), 0.0), hi = std::max(x.max().item<double>(), 0.0);
-  const double qmax = reduce ? 127 : 255;
-  const double scale = (hi - lo) / qmax;
-  const auto zero_point = static_cast<std::int64_t>(std::nearbyint(-lo / scale));
-  const auto xq = torch::quantize_per_tensor(x, scale, zero_point, torch::kQUInt8).dequantize();
-  return torch::nn::functional::linear(xq, qweight.dequantize(), bias);
-}
 
 /// Three SGD steps on `x` with random labels, then Trainer::finalize; returns the trained
 /// model's outputs on `x` before finalize.
