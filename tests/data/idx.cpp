@@ -1,9 +1,7 @@
-// Tests for include/ftopt/data/idx.hpp and data/fashion_mnist.hpp.
+// Tests for include/ftopt/data/idx.hpp.
 // Reference values for the real files were computed with Python's gzip module, independently
 // of ftopt: labels[:10] and pixel sums of the decompressed bytes.
 #include <catch2/catch.hpp>
-
-#include <zlib.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -17,44 +15,12 @@
 #include <ftopt/data/idx.hpp>
 
 #include "../support.hpp"
+#include "idx_files.hpp"
 
 namespace fs = std::filesystem;
 using ftopt::test::message_of;
 using Catch::Matchers::Contains;
-
-namespace {
-
-/// A fresh scratch folder per test case.
-fs::path scratch(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("ftopt-idx-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-void write_bytes(const fs::path& path, const std::vector<unsigned char>& bytes, bool gzip = false) {
-  if (gzip) {
-    gzFile f = gzopen(path.c_str(), "wb");
-    gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
-    gzclose(f);
-  } else {
-    std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  }
-}
-
-void put_be32(std::vector<unsigned char>& out, std::uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<unsigned char>(v >> shift));
-}
-
-/// An IDX header for `type` and `sizes`.
-std::vector<unsigned char> header(unsigned char type, const std::vector<std::uint32_t>& sizes) {
-  std::vector<unsigned char> out{0, 0, type, static_cast<unsigned char>(sizes.size())};
-  for (auto s : sizes) put_be32(out, s);
-  return out;
-}
-
-} // namespace
+using namespace ftopt::test::idx_files;
 
 TEST_CASE("read_idx reads the real Fashion-MNIST files as Python's gzip sees them", "[data][idx]") {
   const fs::path dir = ftopt::data::default_fashion_mnist_dir();
@@ -69,15 +35,6 @@ TEST_CASE("read_idx reads the real Fashion-MNIST files as Python's gzip sees the
   CHECK(images[0].sum().item<std::int64_t>() == 76247);
   CHECK(images[0].flatten().argmax().item<std::int64_t>() == 417);
   CHECK(images.sum(torch::kLong).item<std::int64_t>() == 3431114169LL);
-}
-
-TEST_CASE("load_fashion_mnist pairs images with int64 labels", "[data][idx]") {
-  auto test = ftopt::data::load_fashion_mnist(ftopt::data::Split::Test);
-  CHECK(test.images.sizes() == torch::IntArrayRef({10000, 28, 28}));
-  CHECK(test.labels.scalar_type() == torch::kLong);
-  CHECK(torch::equal(test.labels.narrow(0, 0, 10),
-                     torch::tensor({9, 2, 1, 1, 6, 1, 4, 6, 5, 7}, torch::kLong)));
-  CHECK(ftopt::data::fashion_mnist_classes[9] == "Ankle boot");
 }
 
 TEST_CASE("read_idx decodes every IDX type from big-endian, plain or gzipped", "[data][idx]") {
@@ -151,31 +108,5 @@ TEST_CASE("read_idx names the file and what is wrong with it", "[data][idx][erro
   CHECK_THAT(read("corrupt.gz"), Contains("corrupt.gz"));
 
   CHECK_THAT(read("missing.idx"), Contains("missing.idx: no such file"));
-  fs::remove_all(dir);
-}
-
-TEST_CASE("load_idx_pair rejects files that do not belong together", "[data][idx][errors]") {
-  const auto dir = scratch("pair");
-  auto images = header(0x08, {3, 2, 2});
-  images.resize(images.size() + 12, 0);
-  write_bytes(dir / "images.idx", images);
-  auto labels = header(0x08, {2});
-  labels.push_back(1);
-  labels.push_back(2);
-  write_bytes(dir / "labels.idx", labels);
-  CHECK_THAT(message_of([&] { ftopt::data::load_idx_pair(dir / "images.idx", dir / "labels.idx"); }),
-             Contains("images.idx has 3 images but") && Contains("labels.idx has 2 labels"));
-
-  auto bad = header(0x08, {3});
-  for (unsigned char v : {1, 12, 3}) bad.push_back(v);
-  write_bytes(dir / "bad.idx", bad);
-  CHECK_THAT(message_of([&] { ftopt::data::load_idx_pair(dir / "images.idx", dir / "bad.idx"); }),
-             Contains("label 12 at index 1 is not below 10 classes"));
-
-  CHECK_THAT(message_of([&] { ftopt::data::load_idx_pair(dir / "labels.idx", dir / "labels.idx"); }),
-             Contains("expected uint8 images [N, H, W], got 1 dims"));
-
-  CHECK_THAT(message_of([&] { ftopt::data::load_fashion_mnist(ftopt::data::Split::Train, dir); }),
-             Contains("train-images-idx3-ubyte[.gz] not found") && Contains("FTOPT_FASHION_MNIST"));
   fs::remove_all(dir);
 }
