@@ -46,6 +46,8 @@
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
+#include <ftopt/loss/causal_lm.hpp>
+#include <ftopt/models/llama.hpp>
 
 #include "machine.hpp"
 #include "python_process.hpp"
@@ -215,12 +217,16 @@ double vit_gemm_flop(bool full, int full_width = 0) {
   return forward + (linears + attention + head) + (full ? linears + patch + head : head + L * full_width * 2 * N * h * h);
 }
 
-/// One ftopt training setup: a model from `make`, its Trainer and an optimizer of type Optimizer.
+/// One ftopt training setup: a model from `make`, its Trainer (its loss from `loss_of(model)`:
+/// cross-entropy unless given) and an optimizer of type Optimizer.
 template <class Trainer, class Model, class Optimizer>
 struct Setup {
   template <class Make, class Peft>
-  Setup(Make make, Peft peft)
-      : model(make()), trainer({.device = torch::kCPU, .report_hardware = false}, {}, std::move(peft)),
+  Setup(Make make, Peft peft, const std::function<ftopt::LossFunction(Model&)>& loss_of = {})
+      : model(make()),
+        trainer({.device = torch::kCPU, .loss = loss_of ? loss_of(model) : ftopt::LossFunction(ftopt::cross_entropy),
+                 .report_hardware = false},
+                {}, std::move(peft)),
         optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4)) {}
   template <class Batch>
   void step(const Batch& batch) { trainer.train_step(model, optimizer, batch); }
@@ -281,6 +287,32 @@ void bert_bf16_lora(benchmark::State& state) {
                                                             .modules_to_save = {"classifier"}}));
 }
 void bert_fp32_full(benchmark::State& state) { bert_case<ftopt::precision::Fp32>(state, "bert_fp32_full"); }
+
+/// SmolLM2-135M's architecture (models::LlamaOptions' defaults), batch 8 x 256 random tokens,
+/// the labels the ids; LoRA r 16 on all seven projections (PEFT's recipe, dropout 0.05) under
+/// bf16 autocast. ftopt trains it as the main job's LLM task does, with the fused linear
+/// cross-entropy over the hidden states (loss::fused_causal_lm); ftopt_adamw with torch's AdamW,
+/// ftopt_fused with optim::FusedAdamW. Python: transformers + PEFT, its loss over the logits.
+void llama_bf16_lora(benchmark::State& state) {
+  using Trainer = ftopt::Trainer<ftopt::precision::Bf16Mixed, ftopt::peft::Lora>;
+  const auto ids = torch::randint(100, 49000, {8, 256}, torch::kLong);
+  const std::pair batch{ids, ids};
+  const ftopt::peft::Lora lora({.r = 16, .alpha = 32, .dropout = 0.05,
+                                .targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}});
+  auto make = [] {
+    ftopt::models::Llama model(ftopt::models::LlamaOptions{});
+    model->output_hidden = true;
+    return model;
+  };
+  const std::function<ftopt::LossFunction(ftopt::models::Llama&)> loss = [](ftopt::models::Llama& model) {
+    return ftopt::loss::fused_causal_lm([m = model.ptr()] { return m->head_weight(); });
+  };
+  torch::manual_seed(0);
+  Setup<Trainer, ftopt::models::Llama, torch::optim::AdamW> plain(make, lora, loss);
+  torch::manual_seed(0);
+  Setup<Trainer, ftopt::models::Llama, ftopt::optim::FusedAdamW> fused(make, lora, loss);
+  compare(state, "llama_bf16_lora", true, 1, [&] { plain.step(batch); }, [&] { fused.step(batch); });
+}
 void mlp_fp32_full(benchmark::State& state) {
   const std::pair batch{torch::randn({32, 784}), torch::randint(0, 10, {32})};
   auto make = [] { return ftopt::models::Mlp({.in = 784, .hidden = {64}, .out = 10}); };
@@ -347,7 +379,9 @@ void vit_inference(benchmark::State& state) {
 
 // bench_python_peer: the ViT and MLP cases; bench_text_peer (the same source, FTOPT_TEXT_PEER):
 // the text model's, filed apart (benchmarks/results/<machine>/text_peer.json).
-#if FTOPT_TEXT_PEER
+#if FTOPT_LLM_PEER
+BENCHMARK(llama_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+#elif FTOPT_TEXT_PEER
 BENCHMARK(bert_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(8)->UseRealTime();
 BENCHMARK(bert_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(4)->UseRealTime();
 #else

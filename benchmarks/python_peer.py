@@ -9,7 +9,9 @@ Protocol (stdin -> stdout, one line each):
     quit
 CASE: vit_fp32_full | vit_bf16_full | vit_bf16_lora | vit_bf16_dora | vit_bf16_vera | mlp_fp32_full
     (the d-256 ViT of 6 blocks, MLP 1024, 50 tokens, batch 128; the 784-64-10 MLP, batch 32),
-    bert_bf16_lora | bert_fp32_full (all-MiniLM-L6-v2's BERT, batch 32 x 128 tokens), or
+    bert_bf16_lora | bert_fp32_full (all-MiniLM-L6-v2's BERT, batch 32 x 128 tokens),
+    llama_bf16_lora (SmolLM2-135M's architecture as LlamaForCausalLM, batch 8 x 256 tokens, PEFT's
+    LoRA r 16 on all seven projections, transformers' causal-LM loss over its logits), or
     the inference cases vit_infer_fp32 | vit_infer_int8 (the same ViT in eval mode under no_grad,
     batch 256; int8: torch.ao.quantization.quantize_dynamic on every Linear).
 ATTENTION: sdpa (transformers' default: torch's scaled_dot_product_attention) | eager (attention
@@ -37,6 +39,8 @@ def make(case, attention):
         return model, (lambda m: m(x)), y, False
     if case.startswith("bert"):
         return make_bert(case, attention)
+    if case.startswith("llama"):
+        return make_llama(case, attention)
     from transformers import ViTConfig, ViTForImageClassification
     config = ViTConfig(image_size=28, patch_size=4, num_channels=1, hidden_size=256, num_hidden_layers=6,
                        num_attention_heads=4, intermediate_size=1024, num_labels=10, hidden_dropout_prob=0.0,
@@ -79,6 +83,27 @@ def make_bert(case, attention):
     return model, (lambda m: m(input_ids=ids, attention_mask=mask).logits), y, case != "bert_fp32_full"
 
 
+LOSS = object()  # the forward returns the loss itself (a causal LM given its labels)
+
+
+def make_llama(case, attention):
+    """SmolLM2-135M's architecture (LlamaConfig as its config.json: 30 layers, hidden 576, 9 heads
+    over 3 key/value heads, MLP 1536, vocab 49,152, tied embeddings, rope_theta 1e5) with PEFT's
+    LoRA (r 16, alpha 32, dropout 0.05, q/k/v/o/gate/up/down), batch 8 x 256 random tokens, the
+    labels the ids: model(input_ids, labels=ids).loss, transformers' ForCausalLMLoss."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                         rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
+                         attn_implementation=attention)
+    model = get_peft_model(LlamaForCausalLM(config), LoraConfig(
+        r=16, lora_alpha=32, lora_dropout=0.05, bias="none",
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    ids = torch.randint(100, 49000, (8, 256))
+    return model, (lambda m: m(input_ids=ids, labels=ids).loss), LOSS, True
+
+
 def make_step(case, attention, optimizer_name, mode):
     """A function running one step of the case as set up."""
     model, forward, y, bf16 = make(case, attention)
@@ -96,7 +121,7 @@ def make_step(case, attention, optimizer_name, mode):
     def train():
         with scope():
             out = forward(run)
-        loss = F.cross_entropy(out.float(), y)
+        loss = out if y is LOSS else F.cross_entropy(out.float(), y)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

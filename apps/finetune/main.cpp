@@ -1,5 +1,7 @@
 // The main job. By default (--task bbc-news, text_task.hpp): fine-tune all-MiniLM-L6-v2, a
 // pretrained BERT, on the BBC News articles, the naive baseline against ftopt's policies.
+// With --task llm (llm_task.hpp): teach SmolLM2-135M-Instruct, from its Q4_1 GGUF file, to name an
+// article's BBC section, with LoRA and QLoRA over the file's own 4-bit blocks.
 // With --task fashion-mnist: pretrain a backbone on Fashion-MNIST classes 0-4 (cached on disk
 // after the first run), then fine-tune it on classes 5-9: the naive baseline (fp32, full fine-tuning), Bf16Mixed
 // where the CPU computes bf16 natively, full fine-tuning with optim::AdamW8bit, and the PEFT
@@ -40,6 +42,7 @@
 #include <ftopt.hpp>
 
 #include "grid_modes.hpp"
+#include "llm_task.hpp"
 #include "models.hpp"
 #include "options.hpp"
 #include "pretraining.hpp"
@@ -147,6 +150,10 @@ int main(int argc, char** argv) try {
   selection = {.only = args.rows, .seed = args.seed};
   // A combination the task's grid does not have is refused before any data is loaded.
   const auto named = named_combination(args, args.precision == "bf16");
+  if (args.task == "llm") {
+    ftopt::check(!args.named(), "finetune: --task llm runs its own rows; --peft, --memory and --quant do not apply");
+    return run_llm(args);
+  }
   if (args.task == "bbc-news") {
     if (args.named()) TextGrid::check<ftopt::models::Bert>(named);
     return run_text(args);

@@ -17,10 +17,17 @@
 namespace finetune {
 
 struct Options {
-  std::string task = "bbc-news";   ///< bbc-news: the pretrained text encoder; fashion-mnist: the image job
+  std::string task = "bbc-news";   ///< bbc-news: the pretrained text encoder; llm: SmolLM2; fashion-mnist: the image job
   std::int64_t max_length = 128;   ///< bbc-news: tokens per article, [CLS] and [SEP] included
   std::string pooling = "mean";    ///< bbc-news: mean (sentence-transformers') or pooler (BertForSequenceClassification's)
   std::string text_model, text_data;  ///< bbc-news: the model folder and the class folders (default: FTOPT_DATA_DIR's)
+  std::string llm_model;           ///< llm: a GGUF file (default: FTOPT_DATA_DIR's SmolLM2-135M-Instruct)
+  std::int64_t llm_steps = 40;     ///< llm: training steps per row
+  std::int64_t llm_batch = 8;      ///< llm: examples per step
+  std::int64_t llm_chars = 400;    ///< llm: characters of each article in its question
+  std::int64_t llm_test = 40;      ///< llm: held-out questions answered before and after
+  std::int64_t llm_heldout = 1024; ///< llm: held-out tokens for perplexity
+  double llm_text_share = 0.25;    ///< llm: the share of each batch that is plain article text
   std::string model = "vit";
   std::string precision = "auto";  ///< auto: Bf16Mixed where the CPU has native bf16, else fp32
   std::int64_t epochs = 1;
@@ -134,7 +141,7 @@ inline Options parse(int argc, char** argv) {
                "finetune"};
   app.get_formatter()->column_width(34);
   app.add_option("--task", o.task, "what to fine-tune")
-      ->check(CLI::IsMember({"bbc-news", "fashion-mnist"}))
+      ->check(CLI::IsMember({"bbc-news", "llm", "fashion-mnist"}))
       ->capture_default_str();
   app.add_option("--max-length", o.max_length, "bbc-news: tokens per article ([CLS] and [SEP] included)")
       ->check(detail::at_least(8))
@@ -145,6 +152,23 @@ inline Options parse(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--text-model", o.text_model, "bbc-news: a Hugging Face BERT folder (default: the installed all-MiniLM-L6-v2)");
   app.add_option("--text-data", o.text_data, "bbc-news: a folder of class folders of .txt files (default: the installed BBC News)");
+  app.add_option("--llm-model", o.llm_model, "llm: a GGUF file of a llama or qwen2 chat model (default: the installed "
+                 "SmolLM2-135M-Instruct Q4_1)");
+  app.add_option("--llm-steps", o.llm_steps, "llm: training steps per row")->check(detail::at_least(1))->capture_default_str();
+  app.add_option("--llm-batch", o.llm_batch, "llm: articles per step")->check(detail::at_least(1))->capture_default_str();
+  app.add_option("--llm-chars", o.llm_chars, "llm: characters of each article in its question")
+      ->check(detail::at_least(50))
+      ->capture_default_str();
+  app.add_option("--llm-test", o.llm_test, "llm: held-out articles whose section the model is asked")
+      ->check(detail::at_least(1))
+      ->capture_default_str();
+  app.add_option("--llm-heldout", o.llm_heldout, "llm: held-out BBC tokens for perplexity")
+      ->check(detail::at_least(16))
+      ->capture_default_str();
+  app.add_option("--llm-text-share", o.llm_text_share, "llm: the share of each batch that is plain article text (loss "
+                 "on every token) instead of a question and its answer (loss on the answer)")
+      ->check(detail::fraction())
+      ->capture_default_str();
   app.add_option("--model", o.model, "the model")->check(CLI::IsMember({"vit", "resnet"}))->capture_default_str();
   app.add_option("--precision", o.precision, "auto: Bf16Mixed where the CPU computes bf16 natively, else fp32")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
@@ -153,7 +177,7 @@ inline Options parse(int argc, char** argv) {
   app.add_option("--pretrain-epochs", o.pretrain_epochs, "epochs of pretraining (cached)")
       ->check(detail::at_least(0))
       ->capture_default_str();
-  app.add_option("--lr", o.lr, "learning rate; 0: 1e-3 for the ViT, 2e-3 for the ResNet (adapters 3x)")
+  app.add_option("--lr", o.lr, "learning rate; 0: 1e-3 for the ViT, 2e-3 for the ResNet (adapters 3x), 1e-3 for the LLM's adapters")
       ->check(detail::non_negative())
       ->capture_default_str();
   app.add_option("--train-limit", o.train_limit, "use N training images (the first) or articles (spread over the classes); 0: all")

@@ -93,8 +93,9 @@ inline std::vector<std::int64_t> generate(LlamaImpl& model, std::span<const std:
   at::Tensor ids = at::tensor(std::vector<std::int64_t>(prompt.begin(), prompt.end()), at::kLong).view({1, -1});
   std::vector<std::int64_t> out;
   for (std::int64_t step = 0; step < options.max_new_tokens; ++step) {
-    const at::Tensor logits = model.forward_cached(ids.to(device), cache);
-    const std::int64_t token = detail::next_token(logits[0][-1].cpu(), options, generator);
+    // The head on the last position only: the prompt's other positions predict nothing asked for.
+    const at::Tensor last = model.model->forward_cached(ids.to(device), cache).select(1, -1);
+    const std::int64_t token = detail::next_token(model.logits(last)[0].cpu(), options, generator);
     out.push_back(token);
     if (std::find(options.stop.begin(), options.stop.end(), token) != options.stop.end()) break;
     ids = at::full({1, 1}, token, at::kLong);
