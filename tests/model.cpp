@@ -25,7 +25,7 @@ struct CountsImpl : torch::nn::Module {
 
 } // namespace
 
-TEST_CASE("Model: module handles with a tensor forward; the archetype is one; module_of is the module",
+TEST_CASE("Model: module handles with a tensor forward, the archetype, and module_of",
           "[model]") {
   STATIC_REQUIRE(Model<ftopt::detail::ArchetypeModel>);
   STATIC_REQUIRE(ftopt::detail::check_model<models::Mlp>());

@@ -15,7 +15,7 @@
 using namespace ftopt;
 using Catch::Matchers::Contains;
 
-TEST_CASE("causal_lm: logit t predicts label t + 1; -100 is ignored; the mean over the rest", "[loss]") {
+TEST_CASE("causal_lm: logit t predicts label t + 1, -100 is ignored, the mean is over the rest", "[loss]") {
   const auto logits = torch::randn({2, 4, 6});
   const auto labels = torch::tensor({{3, 1, -100, 5}, {-100, 0, 2, -100}}, torch::kLong);
   // Predicted pairs (row, t -> label t+1): (0,0->1) (0,2->5) (1,0->0) (1,1->2); (0,1) is -100.

@@ -66,7 +66,7 @@ TEST_CASE("generate: greedy is the argmax of the full forward, step by step, up 
   CHECK(stopped == std::vector<std::int64_t>(got.begin(), first + 1));
 }
 
-TEST_CASE("generate: sampling repeats with its seed; top_k = 1 and a tiny top_p are greedy", "[models][generate]") {
+TEST_CASE("generate: sampling repeats with its seed, and top_k = 1 or a tiny top_p is greedy", "[models][generate]") {
   auto model = small();
   const std::vector<std::int64_t> prompt = {1, 2, 3};
   const auto greedy = models::generate(*model, prompt, {.max_new_tokens = 10});

@@ -22,7 +22,7 @@
 using namespace ftopt;
 using Catch::Matchers::Contains;
 
-TEST_CASE("Gloo: registered by its header; two ranks all-reduce and broadcast", "[parallel]") {
+TEST_CASE("Gloo: registered by its header, and two ranks all-reduce and broadcast", "[parallel]") {
 #if defined(FTOPT_WITH_GLOO)
   REQUIRE(parallel::has_backend(parallel::Backend::Gloo));
   const auto store = c10::make_intrusive<c10d::HashStore>();

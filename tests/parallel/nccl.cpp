@@ -16,7 +16,7 @@
 using namespace ftopt;
 using Catch::Matchers::Contains;
 
-TEST_CASE("NCCL: registered where LibTorch has it; joining needs a GPU, or says why there is none", "[parallel]") {
+TEST_CASE("NCCL: registered where LibTorch has it, and joining needs a GPU or says why there is none", "[parallel]") {
   const auto join = [] { return parallel::Group::join(parallel::Environment{}, {.backend = parallel::Backend::Nccl}); };
 #if defined(FTOPT_WITH_NCCL)
   REQUIRE(parallel::has_backend(parallel::Backend::Nccl));

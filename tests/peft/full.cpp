@@ -11,7 +11,7 @@
 
 using namespace ftopt;
 
-TEST_CASE("peft::Full: every parameter that requires grad trains; frozen ones stay out", "[peft]") {
+TEST_CASE("peft::Full: every parameter that requires grad trains, and frozen ones stay out", "[peft]") {
   STATIC_REQUIRE(peft::Policy<peft::Full>);
   STATIC_REQUIRE(PolicyOf<peft::Full, axis::Peft>);
   auto model = test::small_mlp(14);  // layers.0.{weight,bias}, layers.2.{weight,bias}

@@ -41,7 +41,7 @@ TEST_CASE("Q4_1: a block as quantize_row_q4_1_ref computes it", "[storage][gguf]
   CHECK(packed.bytes() == 20);
 }
 
-TEST_CASE("Q4_1: a file's blocks come back as they were; 5 bits a weight", "[storage][gguf]") {
+TEST_CASE("Q4_1: a file's blocks come back as they were, at 5 bits a weight", "[storage][gguf]") {
   const auto w = torch::randn({24, 96}) * 0.05;
   const auto packed = storage::Q4_1().quantize(w);
   const auto again = storage::Q4_1().quantize(storage::Q4_1::dequantize(packed, at::kFloat));

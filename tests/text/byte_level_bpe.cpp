@@ -81,7 +81,7 @@ TEST_CASE("ByteLevelBpe: added tokens are cut out whole, the longest first", "[t
   CHECK(bpe.eos_id() == 258);
 }
 
-TEST_CASE("ByteLevelBpe: any bytes decode back; text that is not UTF-8 and bad vocabularies are errors", "[text][bpe]") {
+TEST_CASE("ByteLevelBpe: any bytes decode back, and text that is not UTF-8 and bad vocabularies are errors", "[text][bpe]") {
   const text::ByteLevelBpe bpe(byte_vocabulary(), "vocab.gguf");
   std::vector<std::int64_t> all(256);
   for (int b = 0; b < 256; ++b) all[static_cast<std::size_t>(b)] = b;

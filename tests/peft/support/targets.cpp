@@ -81,7 +81,7 @@ TEST_CASE("target_modules and target_linears: matches in module order, errors na
              Equals("Who: target 'blocks.0.norm' is not an ftopt::nn::Linear; Who adapts nn::Linear layers"));
 }
 
-TEST_CASE("fold_branches folds each branch into its own layer; adopt puts a sub-layer on the layer", "[peft]") {
+TEST_CASE("fold_branches folds each branch into its own layer, and adopt puts a sub-layer on the layer", "[peft]") {
   Net net;
   std::vector<std::pair<std::string, nn::LinearImpl*>> log;
   const std::vector<std::pair<std::string, std::shared_ptr<Recording>>> branches = {
