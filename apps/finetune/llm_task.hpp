@@ -226,7 +226,7 @@ LlmRow train_llm(std::string setup, ftopt::TrainerOptions options, Peft peft, co
   Trainer trainer(options, {}, std::move(peft));
   torch::manual_seed(selection.seed);
   ftopt::optim::FusedAdamW optimizer(
-      trainer.parameter_groups(model, torch::optim::AdamWOptions(args.lr > 0 ? args.lr : 1e-3).weight_decay(0.0)));
+      trainer.parameter_groups(model, torch::optim::AdamWOptions(args.lr > 0 ? args.lr : 2e-3).weight_decay(0.0)));
   const auto batches = llm_batches(task, selection.seed);
   std::int64_t tokens = 0;
   for (const auto& [input, labels] : batches) tokens += input.select(1, 1).sum().template item<std::int64_t>();

@@ -177,7 +177,7 @@ inline Options parse(int argc, char** argv) {
   app.add_option("--pretrain-epochs", o.pretrain_epochs, "epochs of pretraining (cached)")
       ->check(detail::at_least(0))
       ->capture_default_str();
-  app.add_option("--lr", o.lr, "learning rate; 0: 1e-3 for the ViT, 2e-3 for the ResNet (adapters 3x), 1e-3 for the LLM's adapters")
+  app.add_option("--lr", o.lr, "learning rate; 0: 1e-3 for the ViT, 2e-3 for the ResNet (adapters 3x), 2e-3 for the LLM's adapters")
       ->check(detail::non_negative())
       ->capture_default_str();
   app.add_option("--train-limit", o.train_limit, "use N training images (the first) or articles (spread over the classes); 0: all")

@@ -25,7 +25,7 @@ import os
 
 import torch
 
-from peer import Peer
+from peer import Peer, check_token_ids
 
 peer = Peer("bert")
 data = os.environ.get("FTOPT_DATA_DIR", "")
@@ -63,14 +63,7 @@ expected = fast(texts)["input_ids"]
 for source in ("tokenizer.json", "vocab.txt"):
     peer.ftopt("tokenize", model_dir, source, "texts.jsonl")
     got = peer.load(f"{source}.ids.safetensors")
-    offsets = [0] + torch.cumsum(got["lengths"], 0).tolist()
-    ids = got["ids"].tolist()
-    wrong = [i for i, want in enumerate(expected) if ids[offsets[i]:offsets[i + 1]] != want]
-    peer.check(f"{source}: ids equal to BertTokenizerFast on {len(articles)} BBC articles",
-               not [i for i in wrong if i < len(articles)], f"({sum(i < len(articles) for i in wrong)} differ)")
-    peer.check(f"{source}: ids equal on {len(hard)} hard strings", not [i for i in wrong if i >= len(articles)],
-               "".join(f"\n       {texts[i][:40]!r}: ftopt {ids[offsets[i]:offsets[i + 1]][:12]} "
-                       f"HF {expected[i][:12]}" for i in wrong[:5]))
+    check_token_ids(peer, source, "BertTokenizerFast", got["ids"], got["lengths"], expected, texts, len(articles))
 peer.check("the articles give 1M tokens", sum(len(e) for e in expected[:len(articles)]) > 1_000_000)
 
 with open(peer.path("batch.jsonl"), "w", encoding="utf-8") as out:

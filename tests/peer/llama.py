@@ -22,7 +22,7 @@ import os
 
 import torch
 
-from peer import Peer
+from peer import Peer, check_token_ids
 
 peer = Peer("llama")
 data = os.environ.get("FTOPT_DATA_DIR", "")
@@ -78,15 +78,8 @@ with open(peer.path("texts.jsonl"), "w", encoding="utf-8") as out:
 expected = [e.ids for e in reference.encode_batch(texts)]
 peer.ftopt("tokenize", gguf_path, peer.path("tokenizer.json"), "texts.jsonl")
 got = peer.load("tokenize.ftopt.safetensors")
-offsets = [0] + torch.cumsum(got["lengths"], 0).tolist()
 for source in ("gguf", "json"):
-    ids = got[source].tolist()
-    wrong = [i for i, want in enumerate(expected) if ids[offsets[i]:offsets[i + 1]] != want]
-    peer.check(f"{source}: ids equal to tokenizers on {len(articles)} BBC articles",
-               not [i for i in wrong if i < len(articles)], f"({sum(i < len(articles) for i in wrong)} differ)")
-    peer.check(f"{source}: ids equal on {len(hard)} hard strings", not [i for i in wrong if i >= len(articles)],
-               "".join(f"\n       {texts[i][:40]!r}: ftopt {ids[offsets[i]:offsets[i + 1]][:12]} "
-                       f"tokenizers {expected[i][:12]}" for i in wrong[:5]))
+    check_token_ids(peer, source, "tokenizers", got[source], got["lengths"], expected, texts, len(articles))
 peer.check("decode(encode(text)) == text for every text", bool(got["decoded_ok"].all()))
 peer.check("the articles give 1M tokens", sum(len(e) for e in expected[:len(articles)]) > 1_000_000)
 

@@ -63,6 +63,20 @@ def small_vit(peer):
         return base, x, labels, base(pixel_values=x).logits
 
 
+def check_token_ids(peer, what, reference, ids, lengths, expected, texts, articles):
+    """ftopt's ids of `texts` (flat `ids`, each text's length in `lengths`) equal to `expected`
+    (the reference library's, named `reference`): one check over the first `articles` texts, one
+    over the hard strings after them, the first few that differ printed."""
+    offsets = [0] + torch.cumsum(lengths, 0).tolist()
+    ids = ids.tolist()
+    wrong = [i for i, want in enumerate(expected) if ids[offsets[i]:offsets[i + 1]] != want]
+    peer.check(f"{what}: ids equal to {reference} on {articles} BBC articles",
+               not [i for i in wrong if i < articles], f"({sum(i < articles for i in wrong)} differ)")
+    peer.check(f"{what}: ids equal on {len(texts) - articles} hard strings", not [i for i in wrong if i >= articles],
+               "".join(f"\n       {texts[i][:40]!r}: ftopt {ids[offsets[i]:offsets[i + 1]][:12]} "
+                       f"{reference} {expected[i][:12]}" for i in wrong[:5]))
+
+
 def vit_logits(model, x):
     """A transformers ViT's (or PeftModel's) logits on x, without gradients."""
     with torch.no_grad():
