@@ -14,6 +14,10 @@
 //                                     then greedy decoding of up to 32 tokens, stopping at the
 //                                     GGUF's EOS -> generate.ftopt.safetensors {prompt, answer}, and
 //                                     the prompt's text as generate.prompt.txt
+//   lora-load FOLDER DIR WORK         PEFT's LoRA adapter in DIR over the model of FOLDER
+//                                     -> DIR.ftopt.safetensors {logits} on input.safetensors
+//   lora-save FOLDER DIR WORK         LoRA (r 8, alpha 16, the seven projections) with non-zero
+//                                     adapters over FOLDER's model, saved to DIR -> its logits
 //   logits SOURCE WORK                models::Llama from a GGUF file or a transformers folder on
 //                                     input.safetensors (input_ids, attention_mask) -> SOURCE's
 //                                     file name + .ftopt.safetensors {logits} (float32, eval)
@@ -27,6 +31,8 @@
 #include <ftopt/models/generate.hpp>
 #include <ftopt/models/llama.hpp>
 #include <ftopt/models/llama_pretrained.hpp>
+#include <ftopt/peft/files/lora.hpp>
+#include <ftopt/peft/lora.hpp>
 #include <ftopt/storage/q4_1.hpp>
 #include <ftopt/text/bpe_files.hpp>
 #include <ftopt/text/chat_template.hpp>
@@ -34,8 +40,25 @@
 
 #include "peer.hpp"
 
+namespace {
+using namespace ftopt;
+
+/// The logits of the model (eval, no gradients) on input.safetensors (ids and attention mask).
+at::Tensor eval_logits(models::Llama& model, const std::filesystem::path& work) {
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto input = peer::load(work, "input.safetensors");
+  return model(torch::stack({input["input_ids"], input["attention_mask"]}, 1));
+}
+
+void save_logits(models::Llama& model, const std::filesystem::path& work, const std::string& name) {
+  weights::StateDict out;
+  out.insert("logits", eval_logits(model, work));
+  peer::save(work, name + ".ftopt.safetensors", out);
+}
+} // namespace
+
 int main(int argc, char** argv) {
-  using namespace ftopt;
   return peer::main(argc, argv, {
     {"tokenize", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 3) throw std::runtime_error("tokenize needs GGUF TOKENIZER_JSON TEXTS");
@@ -109,12 +132,35 @@ int main(int argc, char** argv) {
        const std::filesystem::path source = args[0];
        auto [model, report] = source.extension() == ".gguf" ? models::load_llama_gguf(source)
                                                             : models::load_llama(source);
-       model->eval();
-       torch::NoGradGuard no_grad;
-       auto input = peer::load(work, "input.safetensors");
-       weights::StateDict out;
-       out.insert("logits", model(torch::stack({input["input_ids"], input["attention_mask"]}, 1)));
-       peer::save(work, source.filename().string() + ".ftopt.safetensors", out);
+       save_logits(model, work, source.filename().string());
+     }},
+    {"lora-load", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 2) throw std::runtime_error("lora-load needs FOLDER DIR");
+       auto model = models::load_llama(args[0]).model;
+       peft::Lora lora(peft::lora_config(work / args[1]));
+       lora.validate();
+       lora.attach(*model);
+       const auto report = peft::load_adapter(*model, work / args[1]);
+       std::cout << "  ftopt loaded " << report.loaded << " adapter tensors into " << lora.branches().size()
+                 << " LoRA layers\n";
+       save_logits(model, work, args[1]);
+     }},
+    {"lora-save", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 2) throw std::runtime_error("lora-save needs FOLDER DIR");
+       auto model = models::load_llama(args[0]).model;
+       peft::Lora lora({.r = 8, .alpha = 16, .targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                          "up_proj", "down_proj"}});
+       lora.validate();
+       lora.attach(*model);
+       {
+         torch::NoGradGuard no_grad;  // B starts at zero: give every adapter tensor a value
+         double k = 0;
+         for (auto& p : model->parameters())
+           if (p.requires_grad())
+             p.add_(0.05 * torch::sin(0.37 * torch::arange(p.numel(), torch::kDouble) + k++).view(p.sizes()).to(p.scalar_type()));
+       }
+       peft::save_adapter(*model, lora, work / args[1]);
+       save_logits(model, work, args[1]);
      }},
   });
 }

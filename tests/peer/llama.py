@@ -15,7 +15,9 @@ equals the state dict of transformers' from_pretrained(gguf_file=...). Logits of
 (float32, a right-padded batch of real titles) equal transformers' LlamaForCausalLM on those
 weights at every real position, to 3x the spread between transformers' own eager and SDPA
 attention. Then two random models transformers writes with save_pretrained: a Qwen2 (biases on
-q/k/v, its own LM head) and a Llama with Llama 3 rope scaling and one key/value head, sharded."""
+q/k/v, its own LM head) and a Llama with Llama 3 rope scaling and one key/value head, sharded;
+over the latter, PEFT's LoRA adapter (the seven projections) loads into ftopt and ftopt's into
+PEFT with the same logits."""
 import glob
 import json
 import os
@@ -200,5 +202,31 @@ for label, cls, config, shard in (("qwen2", Qwen2ForCausalLM, qwen_config, "50GB
     sharded = os.path.isfile(os.path.join(directory, "model.safetensors.index.json"))
     peer.check(f"{label}: saved {'in shards' if sharded else 'whole'}", sharded == (shard == "4MB"))
     compare_logits(f"{label} folder", directory, by_attention)
+
+# --- PEFT's LoRA for LlamaForCausalLM, both ways (the Llama 3 rope folder's model) ---------------
+from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
+
+seven = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+base = LlamaForCausalLM.from_pretrained(directory, attn_implementation="eager").eval()
+peft_model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=seven, lora_dropout=0.0, bias="none"))
+with torch.no_grad():
+    for key, p in peft_model.named_parameters():
+        if "lora_B" in key:
+            p.normal_(0, 0.02)
+peft_model.eval()
+peft_model.save_pretrained(peer.path("peft_lora"))
+with torch.no_grad():
+    want = peft_model(input_ids=input_ids, attention_mask=attention_mask).logits
+real = attention_mask.bool()
+peer.ftopt("lora-load", directory, "peft_lora")
+peer.close("PEFT's LoRA adapter for LlamaForCausalLM loaded into ftopt: logits",
+           peer.load("peft_lora.ftopt.safetensors")["logits"][real], want[real], atol=1e-5)
+peer.ftopt("lora-save", directory, "ftopt_lora")
+loaded = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(directory, attn_implementation="eager"),
+                                   peer.path("ftopt_lora")).eval()
+with torch.no_grad():
+    want = loaded(input_ids=input_ids, attention_mask=attention_mask).logits
+peer.close("ftopt's LoRA adapter loaded into PEFT over LlamaForCausalLM: logits",
+           peer.load("ftopt_lora.ftopt.safetensors")["logits"][real], want[real], atol=1e-5)
 
 peer.done()
