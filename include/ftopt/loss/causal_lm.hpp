@@ -69,18 +69,18 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
     for (std::int64_t start = 0; start < N; start += chunk) {
       const auto n = std::min(chunk, N - start);
       const at::Tensor hc = h.narrow(0, start, n), yc = labels.narrow(0, start, n), kc = kept.narrow(0, start, n);
-      const at::Tensor logits = at::matmul(hc, w.t()).to(at::kFloat);  // [n, V], the only one alive
-      const at::Tensor lse = logits.logsumexp(1);
+      // log-softmax of the chunk's logits in float32, formed from the product in one pass: the
+      // only [n, V] tensor alive, and it becomes the gradient in place.
+      at::Tensor g = at::log_softmax(at::matmul(hc, w.t()), 1, at::kFloat);
       const at::Tensor safe = yc.masked_fill(kc.logical_not(), 0);
-      const at::Tensor picked = logits.gather(1, safe.unsqueeze(1)).squeeze(1);
-      total += ((lse - picked) * kc).sum();
+      total -= (g.gather(1, safe.unsqueeze(1)).squeeze(1) * kc).sum();
       if (!want_h && !want_w) continue;
-      // d loss / d logits = (softmax - onehot) / count on kept rows, 0 elsewhere.
-      at::Tensor g = (logits - lse.unsqueeze(1)).exp_();
-      g.scatter_add_(1, safe.unsqueeze(1), at::full({n, 1}, -1.0, g.options()));
-      g.mul_((kc.to(at::kFloat) * scale).unsqueeze(1));
-      if (want_h) grad_h.narrow(0, start, n).copy_(at::matmul(g.to(compute), w));
-      if (want_w) grad_w.addmm_(g.t(), hc.to(at::kFloat));
+      // d loss / d logits = (softmax - onehot) / count on kept rows, 0 elsewhere; the row scale is
+      // applied to the [n, H] and [V, H] products, not to the [n, V] one.
+      g.exp_().scatter_add_(1, safe.unsqueeze(1), at::full({n, 1}, -1.0, g.options()));
+      const at::Tensor rows = (kc.to(at::kFloat) * scale).unsqueeze(1);
+      if (want_h) grad_h.narrow(0, start, n).copy_(at::matmul(g.to(compute), w).mul_(rows.to(compute)));
+      if (want_w) grad_w.addmm_(g.t(), hc.to(at::kFloat).mul(rows));
     }
     ctx->save_for_backward({grad_h, grad_w});
     ctx->saved_data["hidden_dtype"] = static_cast<std::int64_t>(hidden.scalar_type());
