@@ -136,8 +136,9 @@ inline Options parse(int argc, char** argv) {
   Options o;
   if (const char* home = std::getenv("HOME")) o.cache = std::string(home) + "/.cache/ftopt";
   CLI::App app{"The main job: fine-tune all-MiniLM-L6-v2 (a pretrained BERT) on BBC News with the naive baseline and\n"
-               "ftopt's policies, and close with a table. --task fashion-mnist: pretrain a backbone on Fashion-MNIST\n"
-               "classes 0-4 (cached), fine-tune it on classes 5-9 (docs/models.md).",
+               "ftopt's policies, and close with a table. --task llm: teach SmolLM2-135M-Instruct, from its Q4_1 GGUF,\n"
+               "to name a BBC article's section with LoRA and QLoRA (docs/llm.md). --task fashion-mnist: pretrain a\n"
+               "backbone on Fashion-MNIST classes 0-4 (cached), fine-tune it on classes 5-9 (docs/models.md).",
                "finetune"};
   app.get_formatter()->column_width(34);
   app.add_option("--task", o.task, "what to fine-tune")
