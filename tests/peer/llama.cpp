@@ -152,13 +152,7 @@ int main(int argc, char** argv) {
                                                           "up_proj", "down_proj"}});
        lora.validate();
        lora.attach(*model);
-       {
-         torch::NoGradGuard no_grad;  // B starts at zero: give every adapter tensor a value
-         double k = 0;
-         for (auto& p : model->parameters())
-           if (p.requires_grad())
-             p.add_(0.05 * torch::sin(0.37 * torch::arange(p.numel(), torch::kDouble) + k++).view(p.sizes()).to(p.scalar_type()));
-       }
+       peer::perturb_trainable(*model);  // B starts at zero: give every adapter tensor a value
        peft::save_adapter(*model, lora, work / args[1]);
        save_logits(model, work, args[1]);
      }},

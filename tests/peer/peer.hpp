@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/torch.h>
+
 #include <ftopt/json.hpp>
 #include <ftopt/weights/files.hpp>
 
@@ -48,6 +50,21 @@ inline std::vector<std::string> read_json_lines(const std::filesystem::path& pat
   while (std::getline(in, line)) texts.push_back(nlohmann::json::parse(line).get<std::string>());
   return texts;
 }
+
+/// Adds deterministic, non-zero values of about the size training gives to every trainable
+/// tensor (LoRA's B starts at zero, IA3's vectors at one), so a file that loads nothing shows.
+inline void perturb_trainable(torch::nn::Module& module, double amplitude = 0.05) {
+  torch::NoGradGuard no_grad;
+  double k = 0;
+  for (auto& item : module.named_parameters())
+    if (item.value().requires_grad()) {
+      auto& t = item.value();
+      const auto values = amplitude * torch::sin(0.37 * torch::arange(t.numel(), torch::kDouble) + k);
+      t.add_(values.view(t.sizes()).to(t.scalar_type()));
+      k += 1;
+    }
+}
+
 
 /// Reads a safetensors file of the work folder.
 inline weights::StateDict load(const std::filesystem::path& work, const std::string& name) {

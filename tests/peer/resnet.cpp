@@ -60,15 +60,7 @@ int main(int argc, char** argv) {
        auto model = load_resnet("resnet18", work);
        peft::Lora lora({.r = 4, .alpha = 8, .targets = {"conv1", "conv2"}, .modules_to_save = {"fc"}});
        lora.attach(*model);
-       {
-         torch::NoGradGuard no_grad;
-         double k = 0;
-         for (auto& p : model->parameters())
-           if (p.requires_grad()) {
-             p.add_((0.02 * torch::sin(0.37 * torch::arange(p.numel(), torch::kDouble) + k)).view(p.sizes()).to(p.scalar_type()));
-             k += 1;
-           }
-       }
+       peer::perturb_trainable(*model, 0.02);
        peft::save_adapter(*model, lora, work / args[0]);
        weights::StateDict out;
        out.insert("logits", logits(model, work));

@@ -48,20 +48,6 @@ inline void write_json(const std::filesystem::path& path, const nlohmann::json& 
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-/// Adds deterministic, non-zero values of about the size training gives to every trainable
-/// tensor (LoRA's B starts at zero, IA3's vectors at one), so a file that loads nothing shows.
-inline void perturb_trainable(torch::nn::Module& module, double amplitude = 0.05) {
-  torch::NoGradGuard no_grad;
-  double k = 0;
-  for (auto& item : module.named_parameters())
-    if (item.value().requires_grad()) {
-      auto& t = item.value();
-      const auto values = amplitude * torch::sin(0.37 * torch::arange(t.numel(), torch::kDouble) + k);
-      t.add_(values.view(t.sizes()).to(t.scalar_type()));
-      k += 1;
-    }
-}
-
 /// The gradients of the cross-entropy of the ViT's logits on the Python side's input and labels,
 /// as "grad.<PEFT key>" for every trainable tensor (the Python side compares them with PEFT's).
 inline void insert_gradients(weights::StateDict& out, models::ViT& vit, const std::filesystem::path& work) {

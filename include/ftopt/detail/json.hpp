@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -37,6 +38,22 @@ Json read_json_file(const std::filesystem::path& path, const std::string& where)
     return Json::parse(bytes.str());
   } catch (const typename Json::exception& e) {
     fail(where, ": not valid JSON (", e.what(), ")");
+  }
+}
+
+/// object[key] as a T, or `fallback` where the key is absent or null; a value of another JSON
+/// type is an error that starts with `where` and names the key and the value (config.json fields).
+template <class T, class Json>
+T json_value_or(const Json& object, const char* key, T fallback, const std::string& where) {
+  if (!object.contains(key) || object[key].is_null()) return fallback;
+  try {
+    return object[key].template get<T>();
+  } catch (const typename Json::exception&) {
+    fail(where, ": ", key, " is ", object[key].dump(), ", not ",
+         std::is_same_v<T, bool>             ? "a bool"
+         : std::is_floating_point_v<T>       ? "a number"
+         : std::is_integral_v<T>             ? "an integer"
+                                             : "a string");
   }
 }
 

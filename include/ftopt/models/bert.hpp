@@ -34,6 +34,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <ftopt/detail/compat.hpp>
+#include <ftopt/detail/init_like_transformers.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/nn/attention_prefix.hpp>
 #include <ftopt/nn/checkpoint.hpp>
@@ -351,16 +352,8 @@ public:
   /// 0, the padding row of word_embeddings 0, LayerNorm 1 and 0. Loading a checkpoint
   /// overwrites all but what the checkpoint lacks (the classifier of a BertModel file).
   void initialize() {
+    ftopt::detail::init_like_transformers(*this, options_.initializer_range);
     torch::NoGradGuard no_grad;
-    const double std = options_.initializer_range;
-    for (auto& module : modules(false)) {
-      if (auto* l = module->as<nn::LinearImpl>()) {
-        l->weight.normal_(0.0, std);
-        if (l->bias.defined()) l->bias.zero_();
-      } else if (auto* e = module->as<torch::nn::EmbeddingImpl>()) {
-        e->weight.normal_(0.0, std);
-      }
-    }
     bert->embeddings->word_embeddings->weight[options_.pad_token_id].zero_();
   }
 

@@ -49,15 +49,7 @@ BertOptions bert_options_from_config(const std::filesystem::path& path) {
     const std::string model_type = c.contains("model_type") ? c["model_type"].template get<std::string>() : "";
     check(model_type == "bert", where, ": model_type is '", model_type, "', not 'bert' (models::Bert reads BERT "
           "checkpoints)");
-    auto get = [&](const char* key, auto fallback) {
-      using T = decltype(fallback);
-      if (!c.contains(key) || c[key].is_null()) return fallback;
-      try {
-        return c[key].template get<T>();
-      } catch (const typename Json::exception&) {
-        fail(where, ": ", key, " is ", c[key].dump(), ", not a ", std::is_floating_point_v<T> ? "number" : "integer");
-      }
-    };
+    auto get = [&](const char* key, auto fallback) { return ftopt::detail::json_value_or(c, key, fallback, where); };
     o.vocab_size = get("vocab_size", o.vocab_size);
     o.hidden = get("hidden_size", o.hidden);
     o.layers = get("num_hidden_layers", o.layers);

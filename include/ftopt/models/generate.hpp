@@ -24,6 +24,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/utils.h>
 
+#include <ftopt/detail/eval_scope.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/loss/causal_lm.hpp>
 #include <ftopt/models/llama.hpp>
@@ -47,16 +48,6 @@ struct GenerateOptions {
 };
 
 namespace detail {
-/// Puts the model in eval mode for the scope and gives back its mode after.
-struct EvalScope {
-  explicit EvalScope(torch::nn::Module& m) : module(m), training(m.is_training()) { module.eval(); }
-  ~EvalScope() { module.train(training); }
-  EvalScope(const EvalScope&) = delete;
-  EvalScope& operator=(const EvalScope&) = delete;
-  torch::nn::Module& module;
-  bool training;
-};
-
 /// The next token from the last position's logits [V].
 inline std::int64_t next_token(at::Tensor logits, const GenerateOptions& o, at::Generator& generator) {
   if (o.temperature == 0.0) return logits.argmax().item<std::int64_t>();
@@ -85,7 +76,7 @@ inline std::vector<std::int64_t> generate(LlamaImpl& model, std::span<const std:
   check(length + options.max_new_tokens <= limit, "models::generate: a prompt of ", length, " tokens and ",
         options.max_new_tokens, " new ones exceed the model's context of ", limit,
         " (max_position_embeddings); shorten the prompt or ask for fewer tokens");
-  const detail::EvalScope eval(model);
+  const ftopt::detail::EvalScope eval(model);
   torch::NoGradGuard no_grad;
   const auto device = model.head_weight().device();
   at::Generator generator = at::detail::createCPUGenerator(options.seed);
@@ -108,7 +99,7 @@ inline double perplexity(LlamaImpl& model, std::span<const std::int64_t> ids, st
   check(window >= 2 && window <= model.options().max_position_embeddings, "models::perplexity: window must be in "
         "2..", model.options().max_position_embeddings, " (max_position_embeddings), got ", window);
   check(ids.size() >= 2, "models::perplexity: ", ids.size(), " tokens predict nothing; give at least 2");
-  const detail::EvalScope eval(model);
+  const ftopt::detail::EvalScope eval(model);
   torch::NoGradGuard no_grad;
   const auto device = model.head_weight().device();
   const at::Tensor all = at::tensor(std::vector<std::int64_t>(ids.begin(), ids.end()), at::kLong);

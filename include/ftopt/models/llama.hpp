@@ -33,6 +33,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <ftopt/detail/compat.hpp>
+#include <ftopt/detail/init_like_transformers.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/kernel_options.hpp>
 #include <ftopt/nn/checkpoint.hpp>
@@ -332,17 +333,7 @@ public:
 
   /// transformers' _init_weights: Linear and Embedding weights normal(0, initializer_range),
   /// biases 0, RMSNorm 1. Loading a checkpoint overwrites them.
-  void initialize() {
-    torch::NoGradGuard no_grad;
-    for (auto& module : modules(false)) {
-      if (auto* l = module->as<nn::LinearImpl>()) {
-        l->weight.normal_(0.0, options_.initializer_range);
-        if (l->bias.defined()) l->bias.zero_();
-      } else if (auto* e = module->as<torch::nn::EmbeddingImpl>()) {
-        e->weight.normal_(0.0, options_.initializer_range);
-      }
-    }
-  }
+  void initialize() { ftopt::detail::init_like_transformers(*this, options_.initializer_range); }
 
 private:
   LlamaOptions options_;

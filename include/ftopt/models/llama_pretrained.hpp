@@ -46,14 +46,7 @@ LlamaOptions llama_options_from_config(const std::filesystem::path& path) {
   LlamaOptions o;
   try {
     auto get = [&](const Json& from, const char* key, auto fallback) {
-      using T = decltype(fallback);
-      if (!from.contains(key) || from[key].is_null()) return fallback;
-      try {
-        return from[key].template get<T>();
-      } catch (const typename Json::exception&) {
-        fail(where, ": ", key, " is ", from[key].dump(), ", not ", std::is_same_v<T, bool> ? "a bool"
-             : std::is_floating_point_v<T> ? "a number" : std::is_integral_v<T> ? "an integer" : "a string");
-      }
+      return ftopt::detail::json_value_or(from, key, fallback, where);
     };
     const std::string model_type = get(c, "model_type", std::string());
     check(model_type == "llama" || model_type == "qwen2", where, ": model_type is '", model_type,

@@ -66,6 +66,17 @@ inline const std::array<char32_t, 256>& byte_stand_ins() {
   return table;
 }
 
+/// The inverse of byte_stand_ins: the byte each stand-in stands for, by code point (-1: none).
+inline const std::array<std::int16_t, 512>& stand_in_bytes() {
+  static const std::array<std::int16_t, 512> table = [] {
+    std::array<std::int16_t, 512> t{};
+    t.fill(-1);
+    for (std::size_t b = 0; b < 256; ++b) t[byte_stand_ins()[b]] = static_cast<std::int16_t>(b);
+    return t;
+  }();
+  return table;
+}
+
 inline bool is_letter(char32_t cp) {
   if (cp < 0x80) return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z');
   return (U_GET_GC_MASK(static_cast<UChar32>(cp)) & U_GC_L_MASK) != 0;
@@ -275,10 +286,8 @@ private:
   }
 
   std::uint8_t byte_of(char32_t stand_in) const {
-    const auto& table = detail::byte_stand_ins();
-    if (stand_in < 256 && table[stand_in] == stand_in) return static_cast<std::uint8_t>(stand_in);
-    for (std::size_t b = 0; b < 256; ++b)
-      if (table[b] == stand_in) return static_cast<std::uint8_t>(b);
+    const auto& bytes = detail::stand_in_bytes();
+    if (stand_in < bytes.size() && bytes[stand_in] >= 0) return static_cast<std::uint8_t>(bytes[stand_in]);
     fail(source_, ": decode: the token character U+", std::hex, static_cast<std::uint32_t>(stand_in),
          " is not one of byte-level BPE's byte stand-ins");
   }

@@ -9,6 +9,7 @@
 
 #include <ftopt/batch.hpp>
 #include <ftopt/detail/clock.hpp>
+#include <ftopt/detail/eval_scope.hpp>
 #include <ftopt/detail/meter.hpp>
 #include <ftopt/model.hpp>
 #include <ftopt/state.hpp>
@@ -20,9 +21,7 @@ namespace ftopt::trainer {
 template <class M, class R, class Precision, class ReduceSum>
 EvalStats evaluate(M& model, R& batches, const Precision& precision, const LossFunction& loss,
                    const torch::Device& device, ReduceSum reduce_sum) {
-  torch::nn::Module& module = detail::module_of(model);
-  const bool was_training = module.is_training();
-  module.eval();
+  const ftopt::detail::EvalScope eval(detail::module_of(model));
   torch::NoGradGuard no_grad;
   const auto start = detail::Clock::now();
   detail::Meter meter(device);
@@ -36,7 +35,6 @@ EvalStats evaluate(M& model, R& batches, const Precision& precision, const LossF
     }
     meter.add(loss(precision.loss_input(output), target), output, target);
   }
-  module.train(was_training);
   auto totals = meter.reduced(reduce_sum);
   return {totals.samples, totals.mean_loss(), totals.accuracy(), detail::seconds_since(start)};
 }

@@ -247,12 +247,11 @@ private:
       const auto count = in.scalar<std::uint64_t>("an array's length");
       check_type(element, key);
       value.type = static_cast<GgufType>(element);
+      in.fits(count, item_size(value.type), "metadata '" + key + "'");
       if (value.type == GgufType::Array) {  // arrays of arrays: skipped, with their items
-        in.fits(count, 12, "metadata '" + key + "'");
         for (std::uint64_t i = 0; i < count; ++i) read_value_of(in, GgufType::Array, key, 1);
         return value;
       }
-      in.fits(count, item_size(value.type), "metadata '" + key + "'");
       value.items.reserve(count);
       for (std::uint64_t i = 0; i < count; ++i) value.items.push_back(read_item(in, value.type, key));
       return value;
@@ -272,8 +271,7 @@ private:
     const auto element = in.scalar<std::uint32_t>("an array's element type");
     const auto count = in.scalar<std::uint64_t>("an array's length");
     check_type(element, key);
-    in.fits(count, element == static_cast<std::uint32_t>(GgufType::Array) ? 12 : item_size(static_cast<GgufType>(element)),
-            "metadata '" + key + "'");
+    in.fits(count, item_size(static_cast<GgufType>(element)), "metadata '" + key + "'");
     for (std::uint64_t i = 0; i < count; ++i) read_value_of(in, static_cast<GgufType>(element), key, depth + 1);
   }
   GgufValue::Item read_item(detail::GgufCursor& in, GgufType type, const std::string& key) {
@@ -307,6 +305,7 @@ private:
     case GgufType::UInt8: case GgufType::Int8: case GgufType::Bool: return 1;
     case GgufType::UInt16: case GgufType::Int16: return 2;
     case GgufType::UInt32: case GgufType::Int32: case GgufType::Float32: return 4;
+    case GgufType::Array: return 12;  // its element type and length
     default: return 8;  // 64-bit values, and a string's length
     }
   }
