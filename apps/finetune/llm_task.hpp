@@ -10,7 +10,8 @@
 // the answer generated for the first held-out article. The rows: LoRA (r 16, alpha 32, all seven
 // projections) over a bf16-autocast float base and QLoRA over the file's own Q4_1 blocks, each
 // with the plain loss over materialized logits and with the fused linear cross-entropy, and
-// QLoRA with memory::Checkpoint.
+// QLoRA with memory::Checkpoint. With --llm-save DIR, each row's adapter (PEFT's files) and
+// merged model (a folder transformers' from_pretrained loads) go to DIR/<row's name>/.
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -32,6 +33,7 @@
 #include <ftopt/loss/causal_lm.hpp>
 #include <ftopt/models/generate.hpp>
 #include <ftopt/models/llama_pretrained.hpp>
+#include <ftopt/peft/files/lora.hpp>
 #include <ftopt/storage/q4_1.hpp>
 #include <ftopt/text/bpe_files.hpp>
 #include <ftopt/text/chat_template.hpp>
@@ -204,10 +206,24 @@ inline ftopt::peft::LoraOptions llm_lora_options() {
           .targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}};
 }
 
+/// Writes the trained row `name`'s adapter (PEFT's adapter_model.safetensors and
+/// adapter_config.json) to DIR/name/adapter, then merges it and writes the model, in bfloat16, to
+/// DIR/name/model (config.json and model.safetensors, as save_pretrained writes them).
+template <class Peft>
+void save_llm_row(ftopt::models::LlamaImpl& model, Peft& peft, const std::filesystem::path& dir, const std::string& name) {
+  const auto row = dir / name;
+  ftopt::peft::save_adapter(model, peft, row / "adapter");
+  peft.merge(model);
+  ftopt::models::save_llama(model, row / "model", at::kBFloat16);
+  std::cerr << "saved the adapter to " << (row / "adapter").string() << " and the merged model to "
+            << (row / "model").string() << '\n';
+}
+
 /// Trains one row: the model loaded fresh from the GGUF, a Trainer with `peft`, the plain loss over
-/// the logits or the fused one over the hidden states; then accuracy, perplexity and a sample.
+/// the logits or the fused one over the hidden states; then accuracy, perplexity and a sample, and
+/// with --llm-save the adapter and merged model under the row's `name`.
 template <class Trainer, class Peft>
-LlmRow train_llm(std::string setup, ftopt::TrainerOptions options, Peft peft, const LlmTask& task, const Options& args,
+LlmRow train_llm(std::string setup, const std::string& name, ftopt::TrainerOptions options, Peft peft, const LlmTask& task, const Options& args,
                  bool fused) {
   if (!selection.wants(setup)) return {};
   std::cerr << "\n== " << setup << '\n';
@@ -235,6 +251,7 @@ LlmRow train_llm(std::string setup, ftopt::TrainerOptions options, Peft peft, co
   row.perplexity = ftopt::models::perplexity(*model, task.heldout, 512);
   std::cerr << "accuracy " << std::fixed << std::setprecision(1) << 100 * row.accuracy << "%, held-out perplexity "
             << std::setprecision(2) << row.perplexity << ", first answer: \"" << row.sample << "\"\n";
+  if (!args.llm_save.empty()) save_llm_row(*model, trainer.peft(), args.llm_save, name);
   return row;
 }
 
@@ -282,15 +299,17 @@ inline int run_llm(const Options& args) {
   using QLora = ftopt::peft::QLora<ftopt::storage::Q4_1>;
   std::vector<LlmRow> rows;
   for (const bool fused : {false, true}) {
-    const std::string how = fused ? ", fused loss" : "";
+    const std::string how = fused ? ", fused loss" : "", tag = fused ? "-fused" : "";
     rows.push_back(train_llm<ftopt::Trainer<Bf16Mixed, Lora>>("Bf16Mixed + peft::Lora (r 16, 7 projections)" + how,
-                                                              options, Lora(llm_lora_options()), task, args, fused));
-    rows.push_back(train_llm<ftopt::Trainer<Bf16Mixed, QLora>>("Bf16Mixed + peft::QLora<storage::Q4_1>" + how, options,
-                                                               QLora(llm_lora_options()), task, args, fused));
+                                                              "lora" + tag, options, Lora(llm_lora_options()), task,
+                                                              args, fused));
+    rows.push_back(train_llm<ftopt::Trainer<Bf16Mixed, QLora>>("Bf16Mixed + peft::QLora<storage::Q4_1>" + how,
+                                                               "qlora" + tag, options, QLora(llm_lora_options()), task,
+                                                               args, fused));
   }
   rows.push_back(train_llm<ftopt::Trainer<Bf16Mixed, QLora, ftopt::memory::Checkpoint>>(
-      "Bf16Mixed + peft::QLora<storage::Q4_1> + memory::Checkpoint, fused loss", options, QLora(llm_lora_options()),
-      task, args, true));
+      "Bf16Mixed + peft::QLora<storage::Q4_1> + memory::Checkpoint, fused loss", "qlora-checkpoint-fused", options,
+      QLora(llm_lora_options()), task, args, true));
   print_llm_table(task, before, rows);
   return 0;
 }

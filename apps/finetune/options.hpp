@@ -28,6 +28,7 @@ struct Options {
   std::int64_t llm_test = 40;      ///< llm: held-out questions answered before and after
   std::int64_t llm_heldout = 1024; ///< llm: held-out tokens for perplexity
   double llm_text_share = 0.25;    ///< llm: the share of each batch that is plain article text
+  std::string llm_save;            ///< llm: save each row's adapter and merged model under this folder
   std::string model = "vit";
   std::string precision = "auto";  ///< auto: Bf16Mixed where the CPU has native bf16, else fp32
   std::int64_t epochs = 1;
@@ -170,6 +171,8 @@ inline Options parse(int argc, char** argv) {
                  "on every token) instead of a question and its answer (loss on the answer)")
       ->check(detail::fraction())
       ->capture_default_str();
+  app.add_option("--llm-save", o.llm_save, "llm: after each row, save its adapter as PEFT writes it (DIR/ROW/adapter) "
+                 "and the merged model as transformers' save_pretrained does, in bfloat16 (DIR/ROW/model)");
   app.add_option("--model", o.model, "the model")->check(CLI::IsMember({"vit", "resnet"}))->capture_default_str();
   app.add_option("--precision", o.precision, "auto: Bf16Mixed where the CPU computes bf16 natively, else fp32")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}))

@@ -11,6 +11,7 @@
 
 #include <ftopt/json.hpp>
 #include <ftopt/models/llama_pretrained.hpp>
+#include <ftopt/peft/lora.hpp>
 #include <ftopt/weights/safetensors.hpp>
 
 #include "../support.hpp"
@@ -197,4 +198,80 @@ TEST_CASE("Llama from a folder: transformers 5's rope_parameters and the config 
   c["num_hidden_layers"] = 2;
   c["num_key_value_heads"] = 3;
   CHECK_THAT(test::message_of([&] { options_of(c); }), Contains("heads 4 must be a multiple of kv_heads 3"));
+}
+
+TEST_CASE("save_llama: the folder loads back with the same logits, and its config says what the model is",
+          "[models][llama]") {
+  const test::ScratchDir scratch("llama-save");
+  torch::NoGradGuard no_grad;
+  const auto ids = torch::randint(0, 48, {2, 5}, torch::kLong);
+  for (const bool qwen : {false, true}) {
+    auto options = tiny_options(qwen);
+    if (!qwen) options.rope_scaling = models::Llama3RopeScaling{.factor = 8.0, .original_max_position_embeddings = 16};
+    models::Llama original(options);
+    randomize(original);
+    const auto dir = scratch.path / (qwen ? "qwen2" : "llama");
+    models::save_llama(*original, dir);
+    const auto config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+    CHECK(config["model_type"] == (qwen ? "qwen2" : "llama"));
+    CHECK(config["architectures"][0] == (qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
+    CHECK(config["dtype"] == "float32");
+    CHECK(config["rope_parameters"]["rope_type"] == (qwen ? "default" : "llama3"));
+    const auto file = weights::load_safetensors(dir / "model.safetensors");
+    CHECK(file.contains("lm_head.weight") == qwen);  // a tied head is left out, as save_pretrained does
+    CHECK(file.size() == models::llama_tensor_names(options).size());
+    auto [loaded, report] = models::load_llama(dir);
+    CHECK(loaded->options().qkv_bias == qwen);
+    CHECK(loaded->options().tie_word_embeddings == !qwen);
+    CHECK(loaded->options().rope_scaling.has_value() == !qwen);
+    CHECK(torch::equal(loaded(ids), original(ids)));
+  }
+}
+
+TEST_CASE("save_llama: merged LoRA is saved as plain weights; an unmerged one is an error and writes nothing",
+          "[models][llama][peft]") {
+  const test::ScratchDir scratch("llama-save-lora");
+  models::Llama model(tiny_options());
+  randomize(model);
+  peft::Lora lora({.r = 4, .alpha = 8, .targets = {"q_proj", "v_proj", "down_proj"}});
+  lora.attach(*model);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters())
+      if (p.requires_grad()) p.normal_(0, 0.1);  // B starts at zero
+  }
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto ids = torch::randint(0, 48, {2, 5}, torch::kLong);
+  const auto adapted = model(ids);
+  const auto dir = scratch.path / "merged";
+  CHECK_THAT(test::message_of([&] { models::save_llama(*model, dir); }),
+             Contains("layer model.layers.0.self_attn.q_proj still has an adapter in its forward"));
+  CHECK_FALSE(std::filesystem::exists(dir));
+  lora.merge(*model);
+  models::save_llama(*model, dir, at::kBFloat16);
+  const auto file = weights::load_safetensors(dir / "model.safetensors");
+  for (const auto& item : file) {
+    CHECK(item.key().find("lora") == std::string::npos);
+    CHECK(item.value().scalar_type() == at::kBFloat16);
+  }
+  CHECK(nlohmann::json::parse(std::ifstream(dir / "config.json"))["dtype"] == "bfloat16");
+  auto loaded = models::load_llama(dir).model;
+  loaded->eval();
+  // The merged weights rounded to bfloat16 (8 bits of mantissa): logits of order 1 within 5e-2.
+  CHECK(torch::allclose(loaded(ids), adapted, 0, 5e-2));
+}
+
+TEST_CASE("save_llama: options neither config can hold and a dtype safetensors' models do not use are errors",
+          "[models][llama]") {
+  auto options = tiny_options();
+  options.o_bias = true;
+  CHECK_THAT(test::message_of([&] { models::llama_config_json(options, at::kFloat); }),
+             Contains("an o_proj bias without q/k/v biases"));
+  options = tiny_options(/*qwen=*/true);
+  options.mlp_bias = true;
+  CHECK_THAT(test::message_of([&] { models::llama_config_json(options, at::kFloat); }),
+             Contains("Qwen2's, whose MLP has no biases"));
+  CHECK_THAT(test::message_of([&] { models::llama_config_json(tiny_options(), at::kInt); }),
+             Contains("dtype Int is not float32, bfloat16 or float16"));
 }

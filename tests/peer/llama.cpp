@@ -18,6 +18,10 @@
 //                                     -> DIR.ftopt.safetensors {logits} on input.safetensors
 //   lora-save FOLDER DIR WORK         LoRA (r 8, alpha 16, the seven projections) with non-zero
 //                                     adapters over FOLDER's model, saved to DIR -> its logits
+//   merge-save SOURCE DIR WORK        adapters with non-zero values over SOURCE's model (QLoRA over
+//                                     Q4_1 for a GGUF, LoRA over float for a folder; r 8, the seven
+//                                     projections), merged and saved with models::save_llama to DIR
+//                                     -> DIR.ftopt.safetensors {base, adapted, merged} (logits)
 //   logits SOURCE WORK                models::Llama from a GGUF file or a transformers folder on
 //                                     input.safetensors (input_ids, attention_mask) -> SOURCE's
 //                                     file name + .ftopt.safetensors {logits} (float32, eval)
@@ -31,8 +35,10 @@
 #include <ftopt/models/generate.hpp>
 #include <ftopt/models/llama.hpp>
 #include <ftopt/models/llama_pretrained.hpp>
+#include <ftopt/nn/names.hpp>
 #include <ftopt/peft/files/lora.hpp>
 #include <ftopt/peft/lora.hpp>
+#include <ftopt/peft/qlora.hpp>
 #include <ftopt/storage/q4_1.hpp>
 #include <ftopt/text/bpe_files.hpp>
 #include <ftopt/text/chat_template.hpp>
@@ -44,6 +50,13 @@ namespace {
 using namespace ftopt;
 
 /// The logits of the model (eval, no gradients) on input.safetensors (ids and attention mask).
+/// The seven projections PEFT users adapt in a Llama.
+const nn::NamePatterns seven = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+models::Llama load_source(const std::filesystem::path& source) {
+  return source.extension() == ".gguf" ? models::load_llama_gguf(source).model : models::load_llama(source).model;
+}
+
 at::Tensor eval_logits(models::Llama& model, const std::filesystem::path& work) {
   model->eval();
   torch::NoGradGuard no_grad;
@@ -130,8 +143,7 @@ int main(int argc, char** argv) {
     {"logits", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 1) throw std::runtime_error("logits needs SOURCE (a .gguf file or a folder)");
        const std::filesystem::path source = args[0];
-       auto [model, report] = source.extension() == ".gguf" ? models::load_llama_gguf(source)
-                                                            : models::load_llama(source);
+       auto model = load_source(source);
        save_logits(model, work, source.filename().string());
      }},
     {"lora-load", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
@@ -148,13 +160,32 @@ int main(int argc, char** argv) {
     {"lora-save", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 2) throw std::runtime_error("lora-save needs FOLDER DIR");
        auto model = models::load_llama(args[0]).model;
-       peft::Lora lora({.r = 8, .alpha = 16, .targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                          "up_proj", "down_proj"}});
+       peft::Lora lora({.r = 8, .alpha = 16, .targets = seven});
        lora.validate();
        lora.attach(*model);
        peer::perturb_trainable(*model);  // B starts at zero: give every adapter tensor a value
        peft::save_adapter(*model, lora, work / args[1]);
        save_logits(model, work, args[1]);
+     }},
+    {"merge-save", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 2) throw std::runtime_error("merge-save needs SOURCE DIR");
+       const std::filesystem::path source = args[0];
+       auto model = load_source(source);
+       weights::StateDict out;
+       out.insert("base", eval_logits(model, work));
+       auto adapt_merge_save = [&](auto&& policy) {
+         policy.validate();
+         policy.attach(*model);
+         peer::perturb_trainable(*model);
+         out.insert("adapted", eval_logits(model, work));
+         policy.merge(*model);
+         out.insert("merged", eval_logits(model, work));
+         models::save_llama(*model, work / args[1]);
+       };
+       const peft::LoraOptions options{.r = 8, .alpha = 16, .targets = seven};
+       if (source.extension() == ".gguf") adapt_merge_save(peft::QLora<storage::Q4_1>(options));
+       else adapt_merge_save(peft::Lora(options));
+       peer::save(work, args[1] + ".ftopt.safetensors", out);
      }},
   });
 }

@@ -17,7 +17,9 @@ weights at every real position, to 3x the spread between transformers' own eager
 attention. Then two random models transformers writes with save_pretrained: a Qwen2 (biases on
 q/k/v, its own LM head) and a Llama with Llama 3 rope scaling and one key/value head, sharded;
 over the latter, PEFT's LoRA adapter (the seven projections) loads into ftopt and ftopt's into
-PEFT with the same logits."""
+PEFT with the same logits. Last, models merged and saved by ftopt (QLoRA over SmolLM2's own Q4_1
+blocks; LoRA over the Qwen2 folder) load in transformers' AutoModelForCausalLM with the logits
+ftopt computed."""
 import glob
 import json
 import os
@@ -228,5 +230,20 @@ with torch.no_grad():
     want = loaded(input_ids=input_ids, attention_mask=attention_mask).logits
 peer.close("ftopt's LoRA adapter loaded into PEFT over LlamaForCausalLM: logits",
            peer.load("ftopt_lora.ftopt.safetensors")["logits"][real], want[real], atol=1e-5)
+
+# --- merged models saved by ftopt, loaded by transformers -------------------------------------
+for label, source, cls in (("smollm2-qlora-merged", gguf_path, LlamaForCausalLM),
+                           ("qwen2-lora-merged", peer.path("qwen2"), Qwen2ForCausalLM)):
+    peer.ftopt("merge-save", source, label)
+    got = peer.load(label + ".ftopt.safetensors")
+    loaded = AutoModelForCausalLM.from_pretrained(peer.path(label), attn_implementation="eager").eval()
+    peer.check(f"{label}: transformers loads it as {cls.__name__}", type(loaded) is cls)
+    moved = (got["adapted"] - got["base"])[real].abs().max().item()
+    peer.check(f"{label}: the adapters change the logits (max |diff| {moved:.3g} from the base model's)", moved > 0.05)
+    with torch.no_grad():
+        want = loaded(input_ids=input_ids, attention_mask=attention_mask).logits
+    peer.close(f"{label}: logits in transformers equal to ftopt's merged model", got["merged"][real], want[real],
+               atol=1e-4)
+    peer.close(f"{label}: and to the adapted model before the merge", got["adapted"][real], want[real], atol=1e-3)
 
 peer.done()

@@ -13,20 +13,26 @@
 ///
 ///   auto [llm, report] = ftopt::models::load_llama(folder);                    // uses JSON
 ///   auto [smol, _] = ftopt::models::load_llama_gguf("SmolLM2-135M-Instruct.Q4_1.gguf");
+/// and back out as a folder transformers loads (after peft.merge(*model) folded the adapters in):
+///   ftopt::models::save_llama(*smol, "smollm2-bbc");           // config.json + model.safetensors
 
 #include <filesystem>
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <ftopt/detail/atomic_file.hpp>
 #include <ftopt/detail/json.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/models/llama.hpp>
 #include <ftopt/weights/files.hpp>
 #include <ftopt/weights/gguf.hpp>
+#include <ftopt/weights/safetensors.hpp>
 
 namespace ftopt::models {
 
@@ -244,6 +250,103 @@ inline LoadedLlama load_llama_gguf(const std::filesystem::path& path) {
   const LlamaOptions options = llama_options_from_gguf(file);
   return detail::load_llama_state(options, llama_state_from_gguf(file, options),
                                   "models::load_llama_gguf: " + path.string());
+}
+
+/// The Hugging Face names of a LlamaForCausalLM's (or Qwen2ForCausalLM's) tensors with these
+/// options, in the order transformers lists them; no lm_head.weight when tied, as save_pretrained
+/// leaves it out.
+inline std::vector<std::string> llama_tensor_names(const LlamaOptions& o) {
+  std::vector<std::string> names = {"model.embed_tokens.weight"};
+  for (std::int64_t i = 0; i < o.layers; ++i) {
+    const std::string layer = "model.layers." + std::to_string(i) + ".";
+    for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+      names.push_back(layer + "self_attn." + p + ".weight");
+      if (std::string_view(p) == "o_proj" ? o.o_bias : o.qkv_bias) names.push_back(layer + "self_attn." + p + ".bias");
+    }
+    for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
+      names.push_back(layer + "mlp." + p + ".weight");
+      if (o.mlp_bias) names.push_back(layer + "mlp." + p + ".bias");
+    }
+    names.push_back(layer + "input_layernorm.weight");
+    names.push_back(layer + "post_attention_layernorm.weight");
+  }
+  names.push_back("model.norm.weight");
+  if (!o.tie_word_embeddings) names.push_back("lm_head.weight");
+  return names;
+}
+
+/// config.json's fields for these options, as transformers 5 writes a LlamaConfig or, where the
+/// biases are Qwen2's (q, k and v, not o), a Qwen2Config; `dtype` names the saved tensors' type.
+/// Options neither config can hold (an o_proj bias without q/k/v's; Qwen2 with MLP biases) are
+/// an error naming them.
+template <class Json = nlohmann::ordered_json>
+Json llama_config_json(const LlamaOptions& o, at::ScalarType dtype) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
+  const bool qwen2 = o.qkv_bias && !o.o_bias;
+  check(!o.o_bias || o.qkv_bias, "models::save_llama: an o_proj bias without q/k/v biases is neither "
+        "LlamaConfig's attention_bias nor Qwen2's");
+  check(!qwen2 || !o.mlp_bias, "models::save_llama: q/k/v biases without o_proj's are Qwen2's, whose MLP has "
+        "no biases, but mlp_bias is set");
+  check(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
+        "models::save_llama: dtype ", at::toString(dtype), " is not float32, bfloat16 or float16");
+  Json rope = {{"rope_type", o.rope_scaling ? "llama3" : "default"}, {"rope_theta", o.rope_theta}};
+  if (o.rope_scaling) {
+    rope["factor"] = o.rope_scaling->factor;
+    rope["low_freq_factor"] = o.rope_scaling->low_freq_factor;
+    rope["high_freq_factor"] = o.rope_scaling->high_freq_factor;
+    rope["original_max_position_embeddings"] = o.rope_scaling->original_max_position_embeddings;
+  }
+  Json c;
+  c["architectures"] = {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  c["model_type"] = qwen2 ? "qwen2" : "llama";
+  c["vocab_size"] = o.vocab_size;
+  c["hidden_size"] = o.hidden;
+  c["intermediate_size"] = o.intermediate;
+  c["num_hidden_layers"] = o.layers;
+  c["num_attention_heads"] = o.heads;
+  c["num_key_value_heads"] = o.kv_heads;
+  c["head_dim"] = o.dim_of_head();
+  c["hidden_act"] = "silu";
+  c["max_position_embeddings"] = o.max_position_embeddings;
+  c["rms_norm_eps"] = o.rms_norm_eps;
+  c["initializer_range"] = o.initializer_range;
+  c["tie_word_embeddings"] = o.tie_word_embeddings;
+  if (qwen2) {
+    c["use_sliding_window"] = false;
+  } else {
+    c["attention_bias"] = o.qkv_bias;
+    c["mlp_bias"] = o.mlp_bias;
+  }
+  c["rope_parameters"] = rope;
+  c["dtype"] = dtype == at::kFloat ? "float32" : dtype == at::kBFloat16 ? "bfloat16" : "float16";
+  return c;
+}
+
+/// Writes `model` into `folder` (created if needed) as transformers' save_pretrained does:
+/// config.json and model.safetensors under Hugging Face's names, in `dtype`. Adapters must be
+/// folded in first (peft.merge(*model)): a layer whose forward still differs from its weight is
+/// an error naming it, and nothing is written; the adapters' own tensors are left out. Each file
+/// appears whole or not at all (the tensors first, then the config that makes the folder
+/// loadable). The tokenizer is not written: transformers reads it from the source model.
+template <class Json = nlohmann::ordered_json>
+void save_llama(const LlamaImpl& model, const std::filesystem::path& folder, at::ScalarType dtype = at::kFloat) {
+  static_assert(ftopt::detail::JsonIncluded<Json>::value);
+  const std::string where = "models::save_llama: " + folder.string();
+  const Json config = llama_config_json<Json>(model.options(), dtype);
+  for (const auto& item : model.named_modules("", /*include_self=*/false))
+    if (const auto* layer = item.value()->as<nn::LinearImpl>())
+      check(layer->effect() == nn::Effect::none, where, ": layer ", item.key(), " still has an adapter in its "
+            "forward; fold it into the weights first (the Peft policy's merge)");
+  const auto own = weights::state_dict(model);
+  weights::StateDict state;
+  for (const auto& name : llama_tensor_names(model.options())) {
+    check(own.contains(name), where, ": the model has no tensor ", name);
+    state.insert(name, own[name].detach().to(dtype));
+  }
+  std::filesystem::create_directories(folder);
+  weights::save_safetensors<Json>(folder / "model.safetensors", state, {{"format", "pt"}});
+  ftopt::detail::write_atomically(folder / "config.json", "models::save_llama",
+                                  [&](std::ostream& out) { out << config.dump(2) << '\n'; });
 }
 
 } // namespace ftopt::models
