@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include <ftopt/data/packing.hpp>
 #include <ftopt/models/llama.hpp>
 #include <ftopt/nn/names.hpp>
 
@@ -192,6 +193,34 @@ TEST_CASE("Llama: options and inputs it cannot take are errors that name them", 
   CHECK_THAT(test::message_of([&] { o.validate(); }), Contains("hidden 18 is not a multiple of heads 4"));
   models::Llama model(tiny());
   CHECK_THAT(test::message_of([&] { model(torch::zeros({2, 3})); }), Contains("integer token ids, got Float"));
-  CHECK_THAT(test::message_of([&] { model(torch::zeros({2, 3, 4}, torch::kLong)); }),
-             Contains("ids [B, T] or [B, 2, T] (ids, attention_mask), got [2, 3, 4]"));
+  CHECK_THAT(test::message_of([&] { model(torch::zeros({2, 4, 4}, torch::kLong)); }),
+             Contains("ids [B, T], [B, 2, T] (ids, attention_mask) or [B, 3, T] (ids, attention_mask, position_ids), "
+                      "got [2, 4, 4]"));
+}
+
+TEST_CASE("Llama: a packed row computes each of its documents as if alone", "[models][llama][packing]") {
+  models::Llama model(tiny(/*tied=*/false, /*bias=*/true));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const std::vector<std::int64_t> lengths = {5, 3, 7, 2};
+  std::vector<data::TokenSequence> docs;
+  for (const auto n : lengths) {
+    const auto ids = torch::randint(0, 40, {n}, torch::kLong);
+    docs.push_back({std::vector<std::int64_t>(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + n),
+                    std::vector<std::int64_t>(static_cast<std::size_t>(n), 1)});
+  }
+  const auto packed = data::pack_sequences(docs, {.length = 10, .pad_id = 0});
+  REQUIRE(packed.input.size(0) == 2);  // [5, 3, 2] and [7, padding 3]
+  const auto logits = model(packed.input);
+  // Where each document sits: row, first column.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> at = {{0, 0}, {0, 5}, {1, 0}, {0, 8}};
+  for (std::size_t d = 0; d < docs.size(); ++d) {
+    const auto alone = model(torch::tensor(docs[d].ids, torch::kLong).view({1, -1}))[0];
+    const auto [row, column] = at[d];
+    INFO("document " << d << ": max diff " << (logits[row].narrow(0, column, lengths[d]) - alone).abs().max().item<double>());
+    CHECK(torch::allclose(logits[row].narrow(0, column, lengths[d]), alone, 1e-5, 1e-5));
+  }
+  // The same positions and no packing (one document per row): the plain causal path.
+  const auto one = data::pack_sequences(std::span(docs).subspan(2, 1), {.length = 7});
+  CHECK(torch::allclose(model(one.input), model(one.input.select(1, 0)), 1e-5, 1e-5));
 }

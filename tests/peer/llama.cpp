@@ -22,6 +22,10 @@
 //                                     Q4_1 for a GGUF, LoRA over float for a folder; r 8, the seven
 //                                     projections), merged and saved with models::save_llama to DIR
 //                                     -> DIR.ftopt.safetensors {base, adapted, merged} (logits)
+//   packed GGUF WORK                  the documents of packed.input.safetensors {ids (concatenated),
+//                                     lengths} packed by data::pack_sequences into one row, and
+//                                     the model's logits on it -> packed.ftopt.safetensors {input,
+//                                     labels, logits}
 //   logits SOURCE WORK                models::Llama from a GGUF file or a transformers folder on
 //                                     input.safetensors (input_ids, attention_mask) -> SOURCE's
 //                                     file name + .ftopt.safetensors {logits} (float32, eval)
@@ -31,6 +35,7 @@
 
 #include <torch/torch.h>
 
+#include <ftopt/data/packing.hpp>
 #include <ftopt/loss/causal_lm.hpp>
 #include <ftopt/models/generate.hpp>
 #include <ftopt/models/llama.hpp>
@@ -186,6 +191,29 @@ int main(int argc, char** argv) {
        if (source.extension() == ".gguf") adapt_merge_save(peft::QLora<storage::Q4_1>(options));
        else adapt_merge_save(peft::Lora(options));
        peer::save(work, args[1] + ".ftopt.safetensors", out);
+     }},
+    {"packed", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 1) throw std::runtime_error("packed needs GGUF");
+       auto model = models::load_llama_gguf(args[0]).model;
+       auto in = peer::load(work, "packed.input.safetensors");
+       const auto ids = in["ids"].contiguous();
+       const auto lengths = in["lengths"].contiguous();
+       std::vector<data::TokenSequence> docs;
+       std::int64_t at = 0;
+       for (std::int64_t d = 0; d < lengths.numel(); ++d) {
+         const auto n = lengths[d].item<std::int64_t>();
+         std::vector<std::int64_t> doc(ids.data_ptr<std::int64_t>() + at, ids.data_ptr<std::int64_t>() + at + n);
+         docs.push_back({doc, doc});
+         at += n;
+       }
+       const auto packed = data::pack_sequences(docs, {.length = at});
+       model->eval();
+       torch::NoGradGuard no_grad;
+       weights::StateDict out;
+       out.insert("input", packed.input);
+       out.insert("labels", packed.labels);
+       out.insert("logits", model(packed.input));
+       peer::save(work, "packed.ftopt.safetensors", out);
      }},
   });
 }

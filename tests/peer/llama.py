@@ -14,7 +14,8 @@ Weights: every tensor ftopt reads from the GGUF (dequantized, q/k rows un-permut
 equals the state dict of transformers' from_pretrained(gguf_file=...). Logits of models::Llama
 (float32, a right-padded batch of real titles) equal transformers' LlamaForCausalLM on those
 weights at every real position, to 3x the spread between transformers' own eager and SDPA
-attention. Then two random models transformers writes with save_pretrained: a Qwen2 (biases on
+attention; the titles packed into one row (data::pack_sequences) lay out as transformers'
+DataCollatorWithFlattening does and give the logits transformers computes for packed sequences. Then two random models transformers writes with save_pretrained: a Qwen2 (biases on
 q/k/v, its own LM head) and a Llama with Llama 3 rope scaling and one key/value head, sharded;
 over the latter, PEFT's LoRA adapter (the seven projections) loads into ftopt and ftopt's into
 PEFT with the same logits. Last, models merged and saved by ftopt (QLoRA over SmolLM2's own Q4_1
@@ -153,6 +154,28 @@ def compare_logits(what, source, models_by_attention):
 
 
 compare_logits("SmolLM2-135M-Instruct Q4_1, float32", gguf_path, hf)
+
+# Sequence packing: the titles in one row as transformers' DataCollatorWithFlattening lays them
+# out (position ids starting again at 0, -100 before each title), and SmolLM2's logits on it with
+# transformers' packed-sequence masks (position_ids, no attention_mask).
+from transformers import DataCollatorWithFlattening  # noqa: E402
+
+flat = DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": e} for e in encoded])
+peer.save("packed.input.safetensors", {"ids": torch.tensor([t for e in encoded for t in e]),
+                                       "lengths": torch.tensor([len(e) for e in encoded])})
+peer.ftopt("packed", gguf_path)
+got = peer.load("packed.ftopt.safetensors")
+peer.check("packed: ids and position ids equal to DataCollatorWithFlattening's",
+           torch.equal(got["input"][:, 0], flat["input_ids"]) and torch.equal(got["input"][:, 2], flat["position_ids"]))
+peer.check("packed: labels equal to DataCollatorWithFlattening's", torch.equal(got["labels"], flat["labels"]))
+with torch.no_grad():
+    # use_cache=False: transformers looks for packed sequences only without a cache
+    want = {a: m(input_ids=flat["input_ids"], position_ids=flat["position_ids"], use_cache=False).logits
+            for a, m in hf.items()}
+spread = (want["eager"] - want["sdpa"]).abs().max().item()
+for attention, logits in want.items():
+    peer.close(f"packed: logits vs transformers' packed sequences ({attention}; its own spread {spread:.2g})",
+               got["logits"], logits, atol=max(1e-5, 3 * spread))
 
 # --- generation -----------------------------------------------------------------------------
 # SmolLM2's chat template as transformers renders it from the GGUF, and greedy decoding of up to

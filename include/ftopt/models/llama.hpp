@@ -142,9 +142,10 @@ struct LlamaAttentionImpl : torch::nn::Module {
         v_proj(register_module("v_proj", detail::llama_linear(o.hidden, o.kv_heads * head_dim, o.qkv_bias))),
         o_proj(register_module("o_proj", detail::llama_linear(o.heads * head_dim, o.hidden, o.o_bias))) {}
 
-  /// x [B, T, C]; cos, sin [T, head_dim]; mask bool [B, 1, T, T'] (true = attend), or undefined
-  /// for causal attention over every position. With a cache (layer `layer` of it), the new keys
-  /// and values are stored at its end and the queries attend to everything stored.
+  /// x [B, T, C]; cos, sin [T, head_dim], or [B, 1, T, head_dim] for positions of their own
+  /// (packed rows); mask bool [B, 1, T, T'] (true = attend), or undefined for causal attention over
+  /// every position. With a cache (layer `layer` of it), the new keys and values are stored at
+  /// its end and the queries attend to everything stored.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask, LlamaKvCache* cache = nullptr, std::size_t layer = 0) {
     const auto B = x.size(0), T = x.size(1);
@@ -228,24 +229,38 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
     for (std::int64_t i = 0; i < o.layers; ++i) layers->push_back(LlamaDecoderLayer(o));
   }
 
+  /// input: ids [B, T]; [B, 2, T] ids and attention_mask (0 on padding); or [B, 3, T] ids,
+  /// attention_mask and position_ids, where the positions start again at 0 for every document
+  /// of a packed row (data::pack_sequences): a token attends only to earlier tokens of its own
+  /// document, which transformers' masks compute from the same position_ids (a new document
+  /// where a position is not the one before plus 1).
   torch::Tensor forward(const torch::Tensor& input) {
     check(!input.is_floating_point(), "models::Llama: the input must hold integer token ids, got ",
           at::toString(input.scalar_type()));
-    check(input.dim() == 2 || (input.dim() == 3 && input.size(1) == 2), "models::Llama: the input must be ids "
-          "[B, T] or [B, 2, T] (ids, attention_mask), got ", input.sizes());
+    check(input.dim() == 2 || (input.dim() == 3 && (input.size(1) == 2 || input.size(1) == 3)),
+          "models::Llama: the input must be ids [B, T], [B, 2, T] (ids, attention_mask) or [B, 3, T] (ids, "
+          "attention_mask, position_ids), got ", input.sizes());
     const at::Tensor ids = input.dim() == 2 ? input : input.select(1, 0);
     const auto B = ids.size(0), T = ids.size(1);
     at::Tensor mask;  // bool [B, 1, T, T]; left out when nothing is padding (the causal kernels)
+    const bool packed = input.dim() == 3 && input.size(1) == 3;
     if (input.dim() == 3) {
       const at::Tensor kept = input.select(1, 1).ne(0);
-      if (!kept.all().item<bool>()) {
-        const at::Tensor causal = at::ones({T, T}, kept.options()).tril();
+      if (packed || !kept.all().item<bool>()) {
+        mask = at::ones({T, T}, kept.options()).tril().logical_and(kept.view({B, 1, 1, T}));
+        if (packed) {
+          const at::Tensor positions = input.select(1, 2);
+          const at::Tensor starts = at::cat({at::ones({B, 1}, kept.options()),
+                                             positions.slice(1, 1).sub(positions.slice(1, 0, T - 1)).ne(1)}, 1);
+          const at::Tensor document = starts.to(at::kLong).cumsum(1);
+          mask = mask.logical_and(document.view({B, 1, T, 1}).eq(document.view({B, 1, 1, T})));
+        }
         // A query that sees no token (a row of left padding) attends to itself: its output is
         // never read, and a row with nothing to attend would be NaN.
-        mask = causal.logical_and(kept.view({B, 1, 1, T})).logical_or(at::eye(T, kept.options()));
+        mask = mask.logical_or(at::eye(T, kept.options()));
       }
     }
-    const auto [cos, sin] = rotary(0, T, ids.device());
+    const auto [cos, sin] = packed ? rotary_at(input.select(1, 2)) : rotary(0, T, ids.device());
     at::Tensor h = embed_tokens(ids);
     for (std::size_t i = 0; i < layers->size(); ++i) {
       auto& block = *layers[i]->as<LlamaDecoderLayerImpl>();
@@ -283,6 +298,12 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
   nn::RmsNorm norm;
 
 private:
+  /// cos and sin [B, 1, T, head_dim] of positions [B, T].
+  std::pair<at::Tensor, at::Tensor> rotary_at(const at::Tensor& positions) const {
+    const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_.to(positions.device());
+    const at::Tensor angles = at::cat({freqs, freqs}, -1).unsqueeze(1);
+    return {angles.cos(), angles.sin()};
+  }
   /// cos and sin [T, head_dim] of positions start .. start + T - 1.
   std::pair<at::Tensor, at::Tensor> rotary(std::int64_t start, std::int64_t T, const at::Device& device) const {
     const at::Tensor positions =
