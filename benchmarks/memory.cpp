@@ -2,7 +2,8 @@
 // the backward, with and without checkpointing on a 12-block ViT; plain against chunked
 // attention at a long sequence; the largest batch that fits a fixed memory budget; and AdamW
 // against optim::AdamW8bit on the d-256 ViT (state memory and step time; the whole peak of
-// AdamW8bit stepped in the backward over the batch size).
+// AdamW8bit stepped in the backward over the batch size); the LM head's loss at SmolLM2's
+// vocabulary with the logits made whole and with the fused linear cross-entropy.
 //
 //   build/benchmarks/bench_memory
 //
@@ -12,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
+#include <ftopt/loss/causal_lm.hpp>
 
 #include "machine.hpp"
 #include "models.hpp"
@@ -196,10 +198,46 @@ void BM_InBackwardPeakByBatch(benchmark::State& state) {
 
 } // namespace
 
+/// The LM head and loss of a causal LM at SmolLM2's width and vocabulary (hidden 576, vocab
+/// 49,152), 8 x 256 tokens, under bf16 autocast, the head frozen (tied embeddings under LoRA):
+/// forward and backward of the logits made whole then loss::causal_lm (transformers'
+/// ForCausalLMLoss), against loss::fused_causal_lm (linear_cross_entropy, 64 rows a chunk, its
+/// default, and 256). Counters: <name>_us, <name>_ratio (its time over the whole logits'),
+/// <name>_peak_MiB (the step's peak above what was live: the hidden states and the head are),
+/// peak_share (fused's over whole's).
+void BM_FusedLinearCrossEntropy(benchmark::State& state) {
+  at::set_num_threads(ftopt::hardware::available_cpus());
+  torch::manual_seed(0);
+  const auto head = torch::randn({49152, 576}) * 0.02;
+  const auto hidden = torch::randn({8, 256, 576}).requires_grad_(true);
+  const auto labels = torch::randint(0, 49152, {8, 256});
+  const auto fused = ftopt::loss::fused_causal_lm([&] { return head; });
+  const auto fused_256 = ftopt::loss::fused_causal_lm([&] { return head; }, 256);
+  auto under_bf16 = [&](auto&& loss) {
+    return [&, loss] {
+      at::Tensor value;
+      {
+        ftopt::compat::AutocastScope autocast(c10::DeviceType::CPU, at::kBFloat16);
+        value = loss();
+      }
+      value.backward();  // as the Trainer does: the backward outside the autocast scope
+      hidden.mutable_grad().reset();
+    };
+  };
+  std::vector<ftopt::bench::Contender> contenders = {
+      {"whole", under_bf16([&] { return ftopt::loss::causal_lm(at::linear(hidden, head), labels); })},
+      {"fused", under_bf16([&] { return fused(hidden, labels); })},
+      {"fused_256", under_bf16([&] { return fused_256(hidden, labels); })}};
+  ftopt::bench::side_by_side(state, contenders, 2);
+  ftopt::bench::record_peaks(state, contenders);
+  state.counters["peak_share"] = state.counters["fused_peak_MiB"] / state.counters["whole_peak_MiB"];
+}
+
 BENCHMARK(BM_InBackwardPeakByBatch)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->Arg(64)
     ->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_AdamW8bitViT256)->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BM_CheckpointViT12)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(BM_ChunkedAttention785)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_FusedLinearCrossEntropy)->Unit(benchmark::kMillisecond)->Iterations(10);
 BENCHMARK(BM_LargestBatchUnder256MiB)->Unit(benchmark::kSecond)->Iterations(1);
 FTOPT_BENCHMARK_MAIN();

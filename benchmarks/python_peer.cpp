@@ -47,6 +47,7 @@
 
 #include <ftopt.hpp>
 #include <ftopt/loss/causal_lm.hpp>
+#include <ftopt/models/generate.hpp>
 #include <ftopt/models/llama.hpp>
 
 #include "machine.hpp"
@@ -93,18 +94,22 @@ struct PythonWay {
 class PythonPeer {
 public:
   PythonPeer(const std::string& case_name, const PythonWay& way, int threads)
-      : way_(way), process_(FTOPT_PYTHON_EXE, FTOPT_PEER_SCRIPT) {
-    const auto ready = process_.ask("setup " + case_name + " " + way.attention + " " + way.optimizer + " " + way.mode +
+      : way_(way), process_(std::make_unique<ftopt::bench::PythonProcess>(FTOPT_PYTHON_EXE, FTOPT_PEER_SCRIPT)) {
+    const auto ready = process_->ask("setup " + case_name + " " + way.attention + " " + way.optimizer + " " + way.mode +
                                     " " + std::to_string(threads));
     char attention[32] = "";
     if (std::sscanf(ready.c_str(), "ready %lf %31s %d %d", &setup_seconds_, attention, &graph_breaks_, &graphs_) != 4)
       throw std::runtime_error("python peer (" + case_name + ", " + way.name() + ") did not set up: '" + ready +
-                               "' (its error is above; FTOPT_PYTHON=" + process_.python() + ")");
+                               "' (its error is above; FTOPT_PYTHON=" + process_->python() + ")");
     attention_ = attention;
   }
 
   /// The median of `n` steps run back to back, as timed by Python (seconds).
-  double steps(int n) { return std::stod(process_.ask("steps " + std::to_string(n))); }
+  double steps(int n) { return std::stod(process_->ask("steps " + std::to_string(n))); }
+  /// MiB the process's resident memory grew by, at its highest, since before the model was made.
+  double peak_mib() { return std::stod(process_->ask("memory")); }
+  /// Ends the process (what it measured stays readable here).
+  void quit() { process_.reset(); }
 
   const PythonWay& way() const { return way_; }
   double setup_seconds() const { return setup_seconds_; }
@@ -114,7 +119,7 @@ public:
 
 private:
   PythonWay way_;
-  ftopt::bench::PythonProcess process_;
+  std::unique_ptr<ftopt::bench::PythonProcess> process_;
   double setup_seconds_ = 0;
   std::string attention_;
   int graph_breaks_ = 0, graphs_ = 0;
@@ -145,33 +150,65 @@ double bf16_gemm_gflops() {
 }
 
 /// Times ftopt's two steps (AdamW, FusedAdamW) against the case in every Python way, side by side.
-/// step_gemm_flop > 0 adds the bf16 GEMM rate as a further turn.
+/// step_gemm_flop > 0 adds the bf16 GEMM rate as a further turn. With `rounds` > 0, for a model
+/// too large for every Python process at once, one Python process lives at a time: each way's
+/// steps are timed in rotation with ftopt's two for `rounds` rounds, ftopt's medians over all of
+/// them; and each process reports its memory (python_peak_MiB, the way with sdpa attention,
+/// fused AdamW, eager).
 template <class Step, class FusedStep>
 void compare(benchmark::State& state, const std::string& case_name, bool has_attention, int burst, Step ftopt_step,
-             FusedStep fused_step, double step_gemm_flop = 0) {
+             FusedStep fused_step, double step_gemm_flop = 0, int rounds = 0) {
   const int threads = bench_threads();
   at::set_num_threads(threads);
+  const auto ways = training_ways(has_attention);
   std::vector<std::unique_ptr<PythonPeer>> peers;
-  for (const auto& way : training_ways(has_attention))
-    peers.push_back(std::make_unique<PythonPeer>(case_name, way, threads));
+  if (rounds == 0)
+    for (const auto& way : ways) peers.push_back(std::make_unique<PythonPeer>(case_name, way, threads));
   for (int i = 0; i < 3; ++i) {
     ftopt_step();
     fused_step();
   }
   std::vector<std::function<double()>> turns = {[&] { return median_of(burst, ftopt_step); },
                                                 [&] { return median_of(burst, fused_step); }};
-  for (auto& peer : peers) turns.push_back([p = peer.get(), burst] { return p->steps(burst); });
-  if (step_gemm_flop > 0) turns.push_back(bf16_gemm_gflops);  // a rate, not seconds: its own median
-  const auto measured = ftopt::bench::in_rotation(state, turns, kPause);
+  std::vector<double> ftopt_s, fused_s, python_ms;
+  std::vector<std::string> python_attention;
+  auto python_turn = [burst](PythonPeer* p) { return [p, burst] { return p->steps(burst); }; };
+  if (rounds == 0) {
+    for (auto& peer : peers) turns.push_back(python_turn(peer.get()));
+    if (step_gemm_flop > 0) turns.push_back(bf16_gemm_gflops);  // a rate, not seconds: its own median
+    const auto measured = ftopt::bench::in_rotation(state, turns, kPause);
+    ftopt_s = measured[0], fused_s = measured[1];
+    for (std::size_t i = 0; i < peers.size(); ++i) python_ms.push_back(ftopt::bench::median(measured[2 + i]) * 1e3);
+    if (step_gemm_flop > 0) {
+      const double gflops = ftopt::bench::median(measured.back());
+      state.counters["gemm_gflops"] = gflops;
+      state.counters["ceiling_pct"] = 100 * step_gemm_flop / ftopt::bench::median(fused_s) / (gflops * 1e9);
+    }
+  } else {
+    for (auto _ : state) {}  // the rounds below are the measurement
+    for (const auto& way : ways) {
+      auto peer = std::make_unique<PythonPeer>(case_name, way, threads);
+      auto group = turns;
+      group.push_back(python_turn(peer.get()));
+      const auto measured = ftopt::bench::in_rotation(group, rounds, kPause);
+      ftopt_s.insert(ftopt_s.end(), measured[0].begin(), measured[0].end());
+      fused_s.insert(fused_s.end(), measured[1].begin(), measured[1].end());
+      python_ms.push_back(ftopt::bench::median(measured[2]) * 1e3);
+      if (way.attention == "sdpa" && way.optimizer == "fused" && way.mode == "eager")
+        state.counters["python_peak_MiB"] = peer->peak_mib();
+      peers.push_back(std::move(peer));
+      peers.back()->quit();  // its memory goes back before the next way's process starts
+    }
+  }
   using ftopt::bench::median;
-  const double ftopt_ms = median(measured[0]) * 1e3, fused_ms = median(measured[1]) * 1e3;
+  const double ftopt_ms = median(ftopt_s) * 1e3, fused_ms = median(fused_s) * 1e3;
   state.counters["ftopt_adamw_ms"] = ftopt_ms;
   state.counters["ftopt_fused_ms"] = fused_ms;
   double strongest = std::numeric_limits<double>::infinity(), plain = strongest;
   std::string strongest_name, label;
   for (std::size_t i = 0; i < peers.size(); ++i) {
     const auto& peer = *peers[i];
-    const double ms = median(measured[2 + i]) * 1e3;
+    const double ms = python_ms[i];
     const auto name = peer.way().name();
     state.counters[name + "_ms"] = ms;
     if (peer.way().mode != "eager") {
@@ -183,17 +220,12 @@ void compare(benchmark::State& state, const std::string& case_name, bool has_att
     if (peer.way().optimizer == "fused" && ms < strongest) strongest = ms, strongest_name = name;
     if (peer.way().optimizer == "adamw" && ms < plain) plain = ms;
   }
-  const double most = median(measured[2]) * 1e3;  // training_ways' first: what most users write
+  const double most = python_ms[0];  // training_ways' first: what most users write
   state.counters["strongest_ms"] = strongest;
   state.counters["strongest_x"] = strongest / fused_ms;
   state.counters["adamw_x"] = plain / ftopt_ms;
   state.counters["most_x"] = most / fused_ms;
   state.counters["threads"] = threads;
-  if (step_gemm_flop > 0) {
-    const double gflops = median(measured.back());
-    state.counters["gemm_gflops"] = gflops;
-    state.counters["ceiling_pct"] = 100 * step_gemm_flop / (fused_ms / 1e3) / (gflops * 1e9);
-  }
   state.SetLabel("strongest=" + strongest_name + " " + label);
 }
 
@@ -307,11 +339,68 @@ void llama_bf16_lora(benchmark::State& state) {
   const std::function<ftopt::LossFunction(ftopt::models::Llama&)> loss = [](ftopt::models::Llama& model) {
     return ftopt::loss::fused_causal_lm([m = model.ptr()] { return m->head_weight(); });
   };
+  {  // the whole step's memory, of a setup made alone: everything it allocates is tracked
+    using ftopt::memory::PeakMemory;
+    PeakMemory::reset();
+    const auto before = PeakMemory::current();
+    torch::manual_seed(0);
+    Setup<Trainer, ftopt::models::Llama, ftopt::optim::FusedAdamW> alone(make, lora, loss);
+    alone.step(batch);
+    alone.step(batch);  // the optimizer's state exists
+    PeakMemory::reset();
+    const auto live = PeakMemory::current() - before;
+    alone.step(batch);
+    state.counters["ftopt_peak_MiB"] = static_cast<double>(live + PeakMemory::peak()) / (1 << 20);
+  }
   torch::manual_seed(0);
   Setup<Trainer, ftopt::models::Llama, torch::optim::AdamW> plain(make, lora, loss);
   torch::manual_seed(0);
   Setup<Trainer, ftopt::models::Llama, ftopt::optim::FusedAdamW> fused(make, lora, loss);
-  compare(state, "llama_bf16_lora", true, 1, [&] { plain.step(batch); }, [&] { fused.step(batch); });
+  compare(state, "llama_bf16_lora", true, 1, [&] { plain.step(batch); }, [&] { fused.step(batch); }, 0,
+          /*rounds=*/3);
+  state.counters["peak_share"] = state.counters["ftopt_peak_MiB"] / state.counters["python_peak_MiB"];
+}
+/// Greedy decoding with SmolLM2-135M's architecture (random weights: a step's time does not
+/// depend on them), float32, batch 1: a prompt of 128 tokens, then 64 new ones (no stop token, so
+/// both sides make all 64). ftopt's models::generate (KV cache) against transformers'
+/// generate(do_sample=False) with its dynamic cache, sdpa and eager attention. Counters:
+/// ftopt_ms, py_<attention>_ms, python_ms (the faster), ftopt_tokens_per_s,
+/// python_tokens_per_s, generate_x = python_ms / ftopt_ms.
+void llama_generate(benchmark::State& state) {
+  const int threads = bench_threads();
+  at::set_num_threads(threads);
+  torch::manual_seed(0);
+  ftopt::models::Llama model(ftopt::models::LlamaOptions{});
+  model->eval();
+  const auto ids = torch::randint(100, 49000, {128}, torch::kLong);
+  const std::vector<std::int64_t> prompt(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ids.numel());
+  constexpr std::int64_t new_tokens = 64;
+  std::vector<std::unique_ptr<PythonPeer>> peers;
+  for (const char* attention : {"sdpa", "eager"})
+    peers.push_back(std::make_unique<PythonPeer>("llama_generate", PythonWay{attention, "-", "eager"}, threads));
+  std::vector<std::function<double()>> turns = {[&] {
+    return ftopt::bench::seconds_of([&] {
+      const auto answer = ftopt::models::generate(*model, prompt, {.max_new_tokens = new_tokens});
+      if (static_cast<std::int64_t>(answer.size()) != new_tokens) throw std::runtime_error("generate stopped early");
+    });
+  }};
+  for (auto& peer : peers) turns.push_back([p = peer.get()] { return p->steps(1); });
+  for (const auto& t : turns) t();
+  const auto seconds = ftopt::bench::in_rotation(state, turns, kPause);
+  using ftopt::bench::median;
+  const double ftopt_ms = median(seconds[0]) * 1e3;
+  double python_ms = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    const double ms = median(seconds[1 + i]) * 1e3;
+    state.counters["py_" + peers[i]->way().attention + "_ms"] = ms;
+    python_ms = std::min(python_ms, ms);
+  }
+  state.counters["ftopt_ms"] = ftopt_ms;
+  state.counters["python_ms"] = python_ms;
+  state.counters["ftopt_tokens_per_s"] = new_tokens / (ftopt_ms / 1e3);
+  state.counters["python_tokens_per_s"] = new_tokens / (python_ms / 1e3);
+  state.counters["generate_x"] = python_ms / ftopt_ms;
+  state.counters["threads"] = threads;
 }
 void mlp_fp32_full(benchmark::State& state) {
   const std::pair batch{torch::randn({32, 784}), torch::randint(0, 10, {32})};
@@ -380,7 +469,8 @@ void vit_inference(benchmark::State& state) {
 // bench_python_peer: the ViT and MLP cases; bench_text_peer (the same source, FTOPT_TEXT_PEER):
 // the text model's, filed apart (benchmarks/results/<machine>/text_peer.json).
 #if FTOPT_LLM_PEER
-BENCHMARK(llama_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
+BENCHMARK(llama_generate)->Unit(benchmark::kMillisecond)->Iterations(6)->UseRealTime();
+BENCHMARK(llama_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
 #elif FTOPT_TEXT_PEER
 BENCHMARK(bert_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(8)->UseRealTime();
 BENCHMARK(bert_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(4)->UseRealTime();

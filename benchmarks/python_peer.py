@@ -6,12 +6,14 @@ Protocol (stdin -> stdout, one line each):
     setup CASE ATTENTION OPTIMIZER MODE THREADS
         -> ready SETUP_SECONDS ATTENTION GRAPH_BREAKS GRAPHS
     steps N -> SECONDS (the median wall time of N steps run back to back, timed here)
+    memory -> MIB (how far the resident set grew, at its highest, from before setup made the model)
     quit
 CASE: vit_fp32_full | vit_bf16_full | vit_bf16_lora | vit_bf16_dora | vit_bf16_vera | mlp_fp32_full
     (the d-256 ViT of 6 blocks, MLP 1024, 50 tokens, batch 128; the 784-64-10 MLP, batch 32),
     bert_bf16_lora | bert_fp32_full (all-MiniLM-L6-v2's BERT, batch 32 x 128 tokens),
     llama_bf16_lora (SmolLM2-135M's architecture as LlamaForCausalLM, batch 8 x 256 tokens, PEFT's
-    LoRA r 16 on all seven projections, transformers' causal-LM loss over its logits), or
+    LoRA r 16 on all seven projections, transformers' causal-LM loss over its logits),
+    llama_generate (the same model's greedy generate, a prompt of 128 tokens and 64 new ones), or
     the inference cases vit_infer_fp32 | vit_infer_int8 (the same ViT in eval mode under no_grad,
     batch 256; int8: torch.ao.quantization.quantize_dynamic on every Linear).
 ATTENTION: sdpa (transformers' default: torch's scaled_dot_product_attention) | eager (attention
@@ -23,6 +25,8 @@ MODE: eager | default | max-autotune-no-cudagraphs (torch.compile's modes). SETU
     GRAPHS are dynamo's counts for the compiled model (0 0 in eager mode).
 """
 import contextlib
+import os
+import resource
 import sys
 import time
 
@@ -39,6 +43,8 @@ def make(case, attention):
         return model, (lambda m: m(x)), y, False
     if case.startswith("bert"):
         return make_bert(case, attention)
+    if case == "llama_generate":
+        return make_llama_generate(attention)
     if case.startswith("llama"):
         return make_llama(case, attention)
     from transformers import ViTConfig, ViTForImageClassification
@@ -92,16 +98,38 @@ def make_llama(case, attention):
     LoRA (r 16, alpha 32, dropout 0.05, q/k/v/o/gate/up/down), batch 8 x 256 random tokens, the
     labels the ids: model(input_ids, labels=ids).loss, transformers' ForCausalLMLoss."""
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
-    config = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
-                         rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
-                         attn_implementation=attention)
-    model = get_peft_model(LlamaForCausalLM(config), LoraConfig(
+    from transformers import LlamaForCausalLM
+    model = get_peft_model(LlamaForCausalLM(smollm2_config(attention)), LoraConfig(
         r=16, lora_alpha=32, lora_dropout=0.05, bias="none",
         target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
     ids = torch.randint(100, 49000, (8, 256))
     return model, (lambda m: m(input_ids=ids, labels=ids).loss), LOSS, True
+
+
+def smollm2_config(attention):
+    """SmolLM2-135M's config.json as LlamaConfig."""
+    from transformers import LlamaConfig
+    return LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                       num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                       rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
+                       attn_implementation=attention)
+
+
+def make_llama_generate(attention):
+    """Greedy decoding with SmolLM2-135M's architecture (float32, random weights), batch 1: a
+    prompt of 128 tokens, then exactly 64 new ones, by generate(do_sample=False) with its default
+    (dynamic) cache."""
+    from transformers import LlamaForCausalLM
+    model = LlamaForCausalLM(smollm2_config(attention)).eval()
+    ids = torch.randint(100, 49000, (1, 128))
+    mask = torch.ones_like(ids)
+
+    def forward(m):
+        out = m.generate(ids, attention_mask=mask, max_new_tokens=64, min_new_tokens=64, do_sample=False,
+                         pad_token_id=0, eos_token_id=None)
+        assert out.shape[1] == 128 + 64
+        return out
+    return model, forward, None, False
 
 
 def make_step(case, attention, optimizer_name, mode):
@@ -127,6 +155,17 @@ def make_step(case, attention, optimizer_name, mode):
         optimizer.zero_grad(set_to_none=True)
         return loss.item()  # a real loop logs the loss (ftopt's Trainer checks it is finite)
     return train
+
+
+def resident_mib():
+    """The process's resident memory now (MiB)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_resident_mib():
+    """The highest resident memory the process has had (MiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def seconds(step):
@@ -155,6 +194,7 @@ def main():
             break
         if words[0] == "setup":
             case, attention, optimizer_name, mode, threads = words[1], words[2], words[3], words[4], int(words[5])
+            resident_before = resident_mib()
             t0 = time.perf_counter()
             torch.set_num_threads(threads)
             if attention == "fastest":
@@ -170,6 +210,8 @@ def main():
         elif words[0] == "steps":
             times = sorted(seconds(step) for _ in range(int(words[1])))
             print(times[len(times) // 2], flush=True)
+        elif words[0] == "memory":
+            print(peak_resident_mib() - resident_before, flush=True)
         elif words[0] == "versions":
             import peft
             import transformers

@@ -34,6 +34,17 @@ double seconds_of(Run&& run) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+/// One round of in_rotation: every turn once, starting at turn `first` (then one later).
+inline void rotate_once(const std::vector<std::function<double()>>& turns, std::size_t& first,
+                        std::chrono::milliseconds pause, std::vector<std::vector<double>>& seconds) {
+  for (std::size_t k = 0; k < turns.size(); ++k) {
+    const std::size_t i = (first + k) % turns.size();
+    if (pause.count() > 0) std::this_thread::sleep_for(pause);
+    seconds[i].push_back(turns[i]());
+  }
+  first = (first + 1) % turns.size();
+}
+
 /// Runs every turn once per iteration of the state, starting one turn later each iteration; each
 /// turn returns the seconds it measured (its own clock, or another process's report). Returns
 /// each turn's measurements. `pause` is slept before each turn: where turns run in different
@@ -45,14 +56,17 @@ inline std::vector<std::vector<double>> in_rotation(benchmark::State& state,
                                                     std::chrono::milliseconds pause = std::chrono::milliseconds(0)) {
   std::vector<std::vector<double>> seconds(turns.size());
   std::size_t first = 0;
-  for (auto _ : state) {
-    for (std::size_t k = 0; k < turns.size(); ++k) {
-      const std::size_t i = (first + k) % turns.size();
-      if (pause.count() > 0) std::this_thread::sleep_for(pause);
-      seconds[i].push_back(turns[i]());
-    }
-    first = (first + 1) % turns.size();
-  }
+  for (auto _ : state) rotate_once(turns, first, pause, seconds);
+  return seconds;
+}
+
+/// in_rotation for `rounds` rounds outside the state's loop: for a benchmark that times several
+/// groups of turns, one after the other, in one run.
+inline std::vector<std::vector<double>> in_rotation(const std::vector<std::function<double()>>& turns, int rounds,
+                                                    std::chrono::milliseconds pause = std::chrono::milliseconds(0)) {
+  std::vector<std::vector<double>> seconds(turns.size());
+  std::size_t first = 0;
+  for (int r = 0; r < rounds; ++r) rotate_once(turns, first, pause, seconds);
   return seconds;
 }
 

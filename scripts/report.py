@@ -14,7 +14,8 @@ A document asks for a table with a pair of markers, and this script fills in wha
     <!-- /report -->
 
 TABLE is one of the renderers below (python_peer.training, python_peer.inference,
-python_peer.compile, text_peer.training, text_peer.compile, readme.measured, profile.<name>, bench.<name>); MACHINE a folder of benchmarks/results
+python_peer.compile, text_peer.training, text_peer.compile, llm_peer.training, llm_peer.compile,
+llm_peer.memory, readme.measured, profile.<name>, bench.<name>); MACHINE a folder of benchmarks/results
 (`readme.measured` takes `*`: every machine, one row each).
 
     scripts/report.py                 render every marked table in place
@@ -100,6 +101,7 @@ TRAINING_CASES = [
     ("mlp_fp32_full", "MLP 784-64-10, fp32, full"),
     ("bert_bf16_lora", "all-MiniLM-L6-v2, bf16 + LoRA(q, v)"),
     ("bert_fp32_full", "all-MiniLM-L6-v2, fp32, full"),
+    ("llama_bf16_lora", "SmolLM2-135M, bf16 + LoRA r 16 (7 projections), 8 x 256 tokens"),
 ]
 # The Python ways, as bench_python_peer names their counters (py_<attention>_<optimizer>_<mode>;
 # a model without attention has no attention part), in the table's column order.
@@ -202,7 +204,7 @@ def render_readme_measured(which):
             "|---|---|---|---|---|---|"]
     for machine in (machines() if which == "*" else [which]):
         cases, data = {}, None
-        for bench in ("text_peer", "python_peer"):  # the text model's rows first
+        for bench in ("llm_peer", "text_peer", "python_peer"):  # the language models' rows first
             try:
                 data = load(machine, bench)
             except ReportError:
@@ -212,7 +214,7 @@ def render_readme_measured(which):
             continue
         model = re.sub(r"\((R|TM)\)|\b(Processor|CPU)\b|@.*", "", data["context"].get("cpu_model", "?"))
         where = f"{' '.join(model.split())} ({machine})"
-        for case, title in sorted(TRAINING_CASES, key=lambda c: not c[0].startswith("bert")):
+        for case, title in sorted(TRAINING_CASES, key=lambda c: not c[0].startswith(("llama", "bert"))):
             if case in ("vit_bf16_dora", "vit_bf16_vera") or case not in cases:
                 continue
             e = cases[case]
@@ -223,6 +225,21 @@ def render_readme_measured(which):
             rows.append(f"| ViT inference, dynamic int8 | {where} | {ms(e['ftopt_int8_ms'])} | "
                         f"{ms(e['python_int8_ms'])} (torch.ao) | {ratio(e['int8_x'])} | |")
     return "\n".join(rows) + "\n"
+
+
+def render_llm_peer_memory(machine):
+    """The LLM step's memory: ftopt's tracked tensors against the growth of Python's resident set."""
+    data = load(machine, "llm_peer")
+    e = by_case(data).get("llama_bf16_lora")
+    if e is None:
+        raise ReportError(f"benchmarks/results/{machine}/llm_peer.json has no llama_bf16_lora")
+    return "\n".join([
+        f"Machine: {machine_line(data['context'])}.", "",
+        "| SmolLM2-135M, bf16 + LoRA, 8 x 256 tokens | peak MiB | share of Python's |", "|---|---|---|",
+        f"| ftopt, fused loss (tensors live at the step's peak: weights, AdamW state, activations) | "
+        f"{e['ftopt_peak_MiB']:.0f} | **{100 * e['peak_share']:.1f}%** |",
+        f"| transformers + PEFT, sdpa, fused AdamW (growth of the resident set from before the model) | "
+        f"{e['python_peak_MiB']:.0f} | |"]) + "\n"
 
 
 def render_bench(bench, machine):
@@ -262,6 +279,12 @@ def render(table, machine):
         return render_python_peer_training(machine, "text_peer")
     if table == "text_peer.compile":
         return render_python_peer_compile(machine, "text_peer")
+    if table == "llm_peer.training":
+        return render_python_peer_training(machine, "llm_peer")
+    if table == "llm_peer.compile":
+        return render_python_peer_compile(machine, "llm_peer")
+    if table == "llm_peer.memory":
+        return render_llm_peer_memory(machine)
     if table == "python_peer.inference":
         return render_python_peer_inference(machine)
     if table == "readme.measured":

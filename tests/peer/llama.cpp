@@ -2,7 +2,8 @@
 // SmolLM2-135M-Instruct's real GGUF file and on folders transformers wrote.
 //   tokenize GGUF TOKENIZER_JSON TEXTS WORK  ids of every line of TEXTS (JSON strings), with the
 //                                     tokenizer of the GGUF's metadata and with TOKENIZER_JSON
-//                                     -> tokenize.ftopt.safetensors {gguf, json, lengths, decoded_ok}
+//                                     -> tokenize.ftopt.safetensors {gguf, json, lengths,
+//                                     json_lengths, decoded_ok}
 //   tensors GGUF WORK                 every tensor under transformers' names, dequantized to
 //                                     float32 -> tensors.ftopt.safetensors
 //   q4_1 GGUF WORK                    storage::Q4_1's blocks of q4_1.input.safetensors' "w" and, for every
@@ -82,18 +83,20 @@ int main(int argc, char** argv) {
        if (args.size() != 3) throw std::runtime_error("tokenize needs GGUF TOKENIZER_JSON TEXTS");
        const auto from_gguf = text::bpe_from_gguf(weights::Gguf(args[0]));
        const auto from_json = text::bpe_from_tokenizer_json(args[1]);
-       std::vector<std::int64_t> gguf_ids, json_ids, lengths, decoded_ok;
+       std::vector<std::int64_t> gguf_ids, json_ids, lengths, json_lengths, decoded_ok;
        for (const auto& t : peer::read_json_lines(work / args[2])) {
          const auto a = from_gguf.encode(t, "texts"), b = from_json.encode(t, "texts");
          gguf_ids.insert(gguf_ids.end(), a.begin(), a.end());
          json_ids.insert(json_ids.end(), b.begin(), b.end());
          lengths.push_back(static_cast<std::int64_t>(a.size()));
+         json_lengths.push_back(static_cast<std::int64_t>(b.size()));
          decoded_ok.push_back(from_gguf.decode(a) == t ? 1 : 0);
        }
        weights::StateDict out;
        out.insert("gguf", torch::tensor(gguf_ids, torch::kLong));
        out.insert("json", torch::tensor(json_ids, torch::kLong));
        out.insert("lengths", torch::tensor(lengths, torch::kLong));
+       out.insert("json_lengths", torch::tensor(json_lengths, torch::kLong));
        out.insert("decoded_ok", torch::tensor(decoded_ok, torch::kLong));
        peer::save(work, "tokenize.ftopt.safetensors", out);
      }},

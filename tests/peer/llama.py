@@ -8,7 +8,8 @@ SmolLM2's published pipeline (its tokenizer.json: Digits(individual_digits=True)
 ByteLevel(add_prefix_space=False), a BPE model, its 17 control tokens added as special tokens;
 llama.cpp's "smollm" pre-tokenizer is the same). ftopt's ids from the GGUF's metadata and from
 that tokenizer.json (saved by `tokenizers`) equal it on all 2,225 articles and on hard strings,
-and decode back to the text.
+and decode back to the text. The same vocabulary behind Llama 3's pattern (with ignore_merges)
+and Qwen2's (after NFC), as tokenizer.json files, gives tokenizers' ids too.
 
 Weights: every tensor ftopt reads from the GGUF (dequantized, q/k rows un-permuted, renamed)
 equals the state dict of transformers' from_pretrained(gguf_file=...). Logits of models::Llama
@@ -75,6 +76,8 @@ hard = [
     "<|im_start|>user\nWhich section?<|im_end|>\n<|im_start|>assistant\n", "<|endoftext|><|endoftext|>x",
     "<|im_start|<|im_end|>>", "<repo_name>ftopt<file_sep>a.cpp", "x" * 300, "ab" * 200, "!!!???...;;;",
     "e-mail: someone@example.com, url: https://example.com/a?b=c#d", "def f(x):\n    return x ** 2  # square\n",
+    "(parenthesised) [bracket]\tword «quote»", "x \r\n\r\n y\n\n  z", "'ſx Don'T 'Sx x'sy", "1234567 ١٢٣٤",
+    "cafe\u0301 \u212b \u1100\u1161 composed", "a.\n\nb", "don't\tWON'T\nI'LL",
 ]
 texts = articles + hard
 with open(peer.path("texts.jsonl"), "w", encoding="utf-8") as out:
@@ -83,9 +86,32 @@ with open(peer.path("texts.jsonl"), "w", encoding="utf-8") as out:
 expected = [e.ids for e in reference.encode_batch(texts)]
 peer.ftopt("tokenize", gguf_path, peer.path("tokenizer.json"), "texts.jsonl")
 got = peer.load("tokenize.ftopt.safetensors")
-for source in ("gguf", "json"):
-    check_token_ids(peer, source, "tokenizers", got[source], got["lengths"], expected, texts, len(articles))
+for source, lengths in (("gguf", "lengths"), ("json", "json_lengths")):
+    check_token_ids(peer, source, "tokenizers", got[source], got[lengths], expected, texts, len(articles))
 peer.check("decode(encode(text)) == text for every text", bool(got["decoded_ok"].all()))
+
+# Llama 3's and Qwen2's pre-tokenizers: the same vocabulary and merges behind tokenizers' Split of
+# each pattern (Llama 3's BPE with ignore_merges, Qwen2's after an NFC normalizer, as their
+# tokenizer.json files have them), read by ftopt from the tokenizer.json tokenizers saves.
+from tokenizers import Regex, normalizers  # noqa: E402
+
+LLAMA3 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+for label, pattern, ignore_merges, nfc in (("llama3", LLAMA3, True, False), ("qwen2", QWEN2, False, True)):
+    other = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, [tuple(m.split(" ")) for m in merges],
+                                 ignore_merges=ignore_merges))
+    if nfc:
+        other.normalizer = normalizers.NFC()
+    other.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+                                                   pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    other.decoder = decoders.ByteLevel()
+    other.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                              for t, kind in zip(tokens, token_type) if kind == 3])
+    other.save(peer.path(f"tokenizer.{label}.json"))
+    peer.ftopt("tokenize", gguf_path, peer.path(f"tokenizer.{label}.json"), "texts.jsonl")
+    mine = peer.load("tokenize.ftopt.safetensors")
+    check_token_ids(peer, f"{label}'s pattern", "tokenizers", mine["json"], mine["json_lengths"],
+                    [e.ids for e in other.encode_batch(texts)], texts, len(articles))
 peer.check("the articles give 1M tokens", sum(len(e) for e in expected[:len(articles)]) > 1_000_000)
 
 # --- weights and logits of SmolLM2 ----------------------------------------------------------

@@ -90,9 +90,9 @@ TEST_CASE("BPE files: a vocabulary of another kind is an error naming the file a
   tokenizer_gguf("llama", "default").write(path);
   CHECK_THAT(test::message_of([&] { text::bpe_from_gguf(weights::Gguf(path)); }),
              Contains("model.gguf: tokenizer.ggml.model is 'llama', not 'gpt2' (byte-level BPE); a SentencePiece"));
-  tokenizer_gguf("gpt2", "llama-bpe").write(path);
+  tokenizer_gguf("gpt2", "deepseek-llm").write(path);
   CHECK_THAT(test::message_of([&] { text::bpe_from_gguf(weights::Gguf(path)); }),
-             Contains("model.gguf: tokenizer.ggml.pre is 'llama-bpe'; ftopt's byte-level BPE splits text as GPT-2"));
+             Contains("model.gguf: tokenizer.ggml.pre is 'deepseek-llm'; ftopt's byte-level BPE splits text as GPT-2"));
 
   const auto json = scratch.path / "tokenizer.json";
   std::ofstream(json) << R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}, "pre_tokenizer": null})";
@@ -102,7 +102,44 @@ TEST_CASE("BPE files: a vocabulary of another kind is an error naming the file a
                              "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}}})";
   CHECK_THAT(test::message_of([&] { text::bpe_from_tokenizer_json(json); }),
              Contains("tokenizer.json: pre_tokenizer {\"pattern\""));
+  std::ofstream(json) << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "normalizer": {"type": "NFKC"},
+                             "pre_tokenizer": {"type": "ByteLevel"}})";
+  CHECK_THAT(test::message_of([&] { text::bpe_from_tokenizer_json(json); }),
+             Contains("tokenizer.json: normalizer {\"type\":\"NFKC\"} is not one ftopt applies (none or NFC)"));
   std::ofstream(json) << R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 5}, "merges": []}})";
   CHECK_THAT(test::message_of([&] { text::bpe_from_tokenizer_json(json); }),
              Contains("model.vocab gives 'b' the id 5, outside 0..1 or taken"));
+}
+
+TEST_CASE("BPE files: Llama 3's and Qwen2's pre-tokenizers from GGUF names and tokenizer.json patterns",
+          "[text][bpe][gguf]") {
+  const test::ScratchDir scratch("bpe-files-llama3");
+  const auto path = scratch.path / "model.gguf";
+  for (const auto& [pre, kind] : {std::pair{"llama-bpe", text::BpePreTokenizer::Llama3},
+                                  std::pair{"qwen2", text::BpePreTokenizer::Qwen2}}) {
+    tokenizer_gguf("gpt2", pre).write(path);
+    const auto bpe = text::bpe_from_gguf(weights::Gguf(path));
+    CHECK(bpe.vocabulary().pre_tokenizer == kind);
+    // llama.cpp skips the merges of a word that is a token for Llama 3's family only.
+    CHECK(bpe.vocabulary().ignore_merges == (kind == text::BpePreTokenizer::Llama3));
+    CHECK_FALSE(bpe.vocabulary().nfc);
+  }
+  nlohmann::json vocab = nlohmann::json::object();
+  const auto t = tokens();
+  for (std::size_t i = 2; i < t.size(); ++i) vocab[t[i]] = i - 2;
+  for (const auto& [pattern, kind] : {std::pair{text::llama3_pattern, text::BpePreTokenizer::Llama3},
+                                      std::pair{text::qwen2_pattern, text::BpePreTokenizer::Qwen2}}) {
+    const nlohmann::json j = {
+        {"normalizer", {{"type", "NFC"}}},
+        {"pre_tokenizer", {{"type", "Sequence"},
+                           {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", std::string(pattern)}}},
+                                               {"behavior", "Isolated"}, {"invert", false}},
+                                              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}, {"ignore_merges", true}}}};
+    std::ofstream(scratch.path / "tokenizer.json") << j.dump();
+    const auto bpe = text::bpe_from_tokenizer_json(scratch.path / "tokenizer.json");
+    CHECK(bpe.vocabulary().pre_tokenizer == kind);
+    CHECK(bpe.vocabulary().ignore_merges);
+    CHECK(bpe.vocabulary().nfc);
+  }
 }

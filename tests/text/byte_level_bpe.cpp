@@ -1,7 +1,9 @@
 // Tests for include/ftopt/text/byte_level_bpe.hpp: the words GPT-2's pattern cuts (expected
 // values from tokenizers 0.23's pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
 // and Sequence([Digits(individual_digits=True), ByteLevel(...)]).pre_tokenize_str, turned back
-// from byte stand-ins to text), merges by rank, added tokens, UTF-8 errors and decode. The real
+// from byte stand-ins to text), and those Llama 3's and Qwen2's patterns cut (tokenizers'
+// Split(Regex(pattern), behavior="isolated").pre_tokenize_str), merges by rank, ignore_merges,
+// NFC, added tokens, UTF-8 errors and decode. The real
 // SmolLM2 vocabulary on the BBC corpus against `tokenizers`: tests/peer/llama.py.
 #include <catch2/catch.hpp>
 
@@ -49,6 +51,43 @@ TEST_CASE("ByteLevelBpe: GPT-2's pattern cuts the words tokenizers cuts", "[text
   // Without merges every byte is its own token.
   const auto ids = gpt2.encode("é!");
   CHECK(ids == std::vector<std::int64_t>{0xC3, 0xA9, '!'});
+}
+
+TEST_CASE("ByteLevelBpe: Llama 3's and Qwen2's patterns cut the words tokenizers cuts", "[text][bpe]") {
+  const text::ByteLevelBpe llama3(byte_vocabulary({}, {}, text::BpePreTokenizer::Llama3), "test");
+  const text::ByteLevelBpe qwen2(byte_vocabulary({}, {}, text::BpePreTokenizer::Qwen2), "test");
+  using Words = std::vector<std::string>;
+  CHECK(llama3.words("Hello world") == Words{"Hello", " world"});
+  CHECK(llama3.words("it's 2024: 12.5%!") == Words{"it", "'s", " ", "202", "4", ":", " ", "12", ".", "5", "%!"});
+  CHECK(qwen2.words("it's 2024: 12.5%!") ==
+        Words{"it", "'s", " ", "2", "0", "2", "4", ":", " ", "1", "2", ".", "5", "%!"});
+  CHECK(llama3.words("I'M   'Re' they'LL 'still") ==
+        Words{"I", "'M", "  ", " '", "Re", "'", " they", "'LL", " '", "still"});
+  CHECK(llama3.words("(hello) [x]\tword") == Words{"(hello", ")", " [", "x", "]", "\tword"});
+  CHECK(llama3.words("  two  spaces\n\n  and\ttabs  ") ==
+        Words{" ", " two", " ", " spaces", "\n\n", " ", " and", "\ttabs", "  "});
+  CHECK(llama3.words("x \r\n\r\n y") == Words{"x", " \r\n\r\n", " y"});
+  CHECK(llama3.words("1234567 ١٢٣٤") == Words{"123", "456", "7", " ", "١٢٣", "٤"});
+  CHECK(qwen2.words("1234567") == Words{"1", "2", "3", "4", "5", "6", "7"});
+  CHECK(llama3.words("a.\n\nb") == Words{"a", ".\n\n", "b"});
+  CHECK(llama3.words("'ſx Don'T 'Sx x'sy") == Words{"'ſ", "x", " Don", "'T", " '", "Sx", " x", "'s", "y"});
+  CHECK(llama3.words("中文 字符😀!?\n") == Words{"中文", " 字符", "😀!?\n"});
+}
+
+TEST_CASE("ByteLevelBpe: ignore_merges takes a word that is a token whole; nfc composes first", "[text][bpe]") {
+  // "ab" is a token, but no merge makes it: merged, "ab" is two tokens; with ignore_merges, one.
+  auto v = byte_vocabulary({"ab"});
+  CHECK(text::ByteLevelBpe(v, "test").encode("ab") == std::vector<std::int64_t>{'a', 'b'});
+  v.ignore_merges = true;
+  CHECK(text::ByteLevelBpe(v, "test").encode("ab") == std::vector<std::int64_t>{256});
+  // e + U+0301 (combining acute) composes to U+00E9 under NFC: the same bytes as the precomposed text.
+  auto n = byte_vocabulary();
+  const text::ByteLevelBpe plain(n, "test");
+  n.nfc = true;
+  const text::ByteLevelBpe composing(n, "test");
+  CHECK(composing.encode("café") == plain.encode("café"));
+  CHECK(plain.encode("café") != plain.encode("café"));
+  CHECK(text::nfc("é Å") == "é Å");  // U+212B ANGSTROM SIGN is A with ring in NFC
 }
 
 TEST_CASE("ByteLevelBpe: merges apply lowest rank first, leftmost among equals", "[text][bpe]") {

@@ -13,6 +13,10 @@
 ///                                               FusedLinearCrossEntropy, torchtune's
 ///                                               LinearCrossEntropyLoss). Under autocast the
 ///                                               GEMMs run in its dtype, the softmax in float32.
+///                                               64 rows a chunk by default: at SmolLM2's vocabulary
+///                                               (49,152) a chunk's float32 logits are 12 MiB, and
+///                                               benchmarks/memory.cpp measured 64 faster than 256,
+///                                               128 and 32 (BM_FusedLinearCrossEntropy).
 ///   loss::fused_causal_lm(weight)               a LossFunction for the Trainer: the model returns
 ///                                               hidden states [B, T, H] (models::Llama's
 ///                                               `output_hidden`), `weight()` gives the head.
@@ -105,7 +109,7 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
 /// Mean cross-entropy of softmax(h W^T) against labels (-100 ignored), `chunk` rows at a time.
 /// hidden [N, H], weight [V, H], labels [N].
 inline at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
-                                       std::int64_t chunk = 256) {
+                                       std::int64_t chunk = 64) {
   check(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1) && labels.dim() == 1 &&
             labels.size(0) == hidden.size(0),
         "loss::linear_cross_entropy: hidden ", hidden.sizes(), ", weight ", weight.sizes(), " and labels ",
@@ -124,7 +128,7 @@ inline at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tenso
 /// A Trainer loss over hidden states [B, T, H] and labels [B, T]: next-token prediction through
 /// the head `weight()` returns, by linear_cross_entropy.
 inline std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> fused_causal_lm(
-    std::function<at::Tensor()> weight, std::int64_t chunk = 256) {
+    std::function<at::Tensor()> weight, std::int64_t chunk = 64) {
   return [weight = std::move(weight), chunk](const at::Tensor& hidden, const at::Tensor& labels) {
     check(hidden.dim() == 3 && hidden.sizes().slice(0, 2) == labels.sizes(), "loss::fused_causal_lm: hidden states ",
           hidden.sizes(), " do not match labels ", labels.sizes(), " ([B, T, H] and [B, T])");

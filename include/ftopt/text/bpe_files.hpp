@@ -6,10 +6,13 @@
 ///     "starcoder", "refact", "command-r", "codeshell", "exaone" and "minerva" split digits one by
 ///     one before GPT-2's pattern; "gpt-2", "phi-2", "jina-es" and "jina-de" use the pattern alone).
 ///     Tokens typed control (3) or user-defined (4) are added tokens, matched whole.
-///   - a Hugging Face tokenizer.json (model.type "BPE", pre_tokenizer ByteLevel, or Digits with
-///     individual_digits then ByteLevel), its added_tokens matched whole; bos/eos/pad from
-///     tokenizer_config.json beside it, where there is one.
-/// Anything else (a SentencePiece vocabulary, Llama 3's or Qwen2's pattern) is an error naming
+///     "llama-bpe" (Llama 3) and "qwen2" split with their own patterns; Llama 3's words that are
+///     tokens skip the merges (ignore_merges), as llama.cpp does.
+///   - a Hugging Face tokenizer.json (model.type "BPE", pre_tokenizer ByteLevel, Digits with
+///     individual_digits then ByteLevel, or a Split with Llama 3's or Qwen2's pattern then
+///     ByteLevel without its regex; model.ignore_merges; no normalizer or NFC), its added_tokens matched
+///     whole; bos/eos/pad from tokenizer_config.json beside it, where there is one.
+/// Anything else (a SentencePiece vocabulary, another pattern, another normalizer) is an error naming
 /// the file and the value.
 ///
 ///   auto bpe = ftopt::text::bpe_from_gguf(ftopt::weights::Gguf("SmolLM2-135M-Instruct.Q4_1.gguf"));
@@ -34,9 +37,12 @@ inline BpePreTokenizer bpe_pre_tokenizer_of_gguf(const std::string& pre, const s
     if (pre == name) return BpePreTokenizer::Gpt2Digits;
   for (const char* name : {"gpt-2", "gpt2", "phi-2", "jina-es", "jina-de"})
     if (pre == name) return BpePreTokenizer::Gpt2;
+  for (const char* name : {"llama-bpe", "llama3", "llama-v3"})
+    if (pre == name) return BpePreTokenizer::Llama3;
+  if (pre == "qwen2") return BpePreTokenizer::Qwen2;
   fail(where, ": tokenizer.ggml.pre is '", pre, "'; ftopt's byte-level BPE splits text as GPT-2 does, with or "
        "without single digits (smollm, starcoder, refact, command-r, codeshell, exaone, minerva, gpt-2, phi-2, "
-       "jina-es, jina-de)");
+       "jina-es, jina-de), or as Llama 3 (llama-bpe, llama3, llama-v3) or Qwen2 (qwen2) do");
 }
 
 /// The tokenizer of a GGUF file.
@@ -50,6 +56,7 @@ inline ByteLevelBpe bpe_from_gguf(const weights::Gguf& file) {
   v.merges = file.strings("tokenizer.ggml.merges");
   v.pre_tokenizer = bpe_pre_tokenizer_of_gguf(file.has("tokenizer.ggml.pre") ? file.string("tokenizer.ggml.pre")
                                                                               : std::string("gpt2"), where);
+  v.ignore_merges = v.pre_tokenizer == BpePreTokenizer::Llama3;  // as llama.cpp's llama-vocab.cpp
   if (file.has("tokenizer.ggml.token_type")) {
     const auto types = file.integers("tokenizer.ggml.token_type");
     check(types.size() == v.tokens.size(), where, ": tokenizer.ggml.token_type has ", types.size(), " entries for ",
@@ -104,21 +111,43 @@ ByteLevelBpe bpe_from_tokenizer_json(const std::filesystem::path& path) {
         v.tokens[static_cast<std::size_t>(id)] = content;
         v.added.push_back(id);
       }
-    // The pre-tokenizer: ByteLevel, or Sequence [Digits(individual_digits), ByteLevel].
+    v.ignore_merges = model.contains("ignore_merges") && model["ignore_merges"].is_boolean() &&
+                      model["ignore_merges"].template get<bool>();
+    // The normalizer: none, or NFC (Qwen2's).
+    if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+      v.nfc = j["normalizer"].is_object() && j["normalizer"].value("type", std::string()) == "NFC";
+      check(v.nfc, where, ": normalizer ", j["normalizer"].dump().substr(0, 120),
+            " is not one ftopt applies (none or NFC)");
+    }
+    // The pre-tokenizer: ByteLevel, Sequence [Digits(individual_digits), ByteLevel], or Sequence
+    // [Split(Llama 3's or Qwen2's pattern, isolated), ByteLevel without its regex].
     const Json& pre = j.at("pre_tokenizer");
-    auto byte_level = [&](const Json& p) {
-      return p.value("type", std::string()) == "ByteLevel" && p.value("use_regex", true) &&
+    auto byte_level = [&](const Json& p, bool regex) {
+      return p.value("type", std::string()) == "ByteLevel" && p.value("use_regex", true) == regex &&
              !p.value("add_prefix_space", false);
     };
-    if (byte_level(pre)) {
+    auto split_pattern = [&](const Json& p) -> std::string {
+      if (p.value("type", std::string()) != "Split" || p.value("behavior", std::string()) != "Isolated" ||
+          p.value("invert", false) || !p.contains("pattern") || !p["pattern"].contains("Regex"))
+        return {};
+      return p["pattern"]["Regex"].template get<std::string>();
+    };
+    const bool pair = pre.value("type", std::string()) == "Sequence" && pre.at("pretokenizers").size() == 2;
+    if (byte_level(pre, true)) {
       v.pre_tokenizer = BpePreTokenizer::Gpt2;
-    } else if (pre.value("type", std::string()) == "Sequence" && pre.at("pretokenizers").size() == 2 &&
-               pre["pretokenizers"][0].value("type", std::string()) == "Digits" &&
-               pre["pretokenizers"][0].value("individual_digits", false) && byte_level(pre["pretokenizers"][1])) {
+    } else if (pair && pre["pretokenizers"][0].value("type", std::string()) == "Digits" &&
+               pre["pretokenizers"][0].value("individual_digits", false) && byte_level(pre["pretokenizers"][1], true)) {
       v.pre_tokenizer = BpePreTokenizer::Gpt2Digits;
+    } else if (pair && split_pattern(pre["pretokenizers"][0]) == llama3_pattern &&
+               byte_level(pre["pretokenizers"][1], false)) {
+      v.pre_tokenizer = BpePreTokenizer::Llama3;
+    } else if (pair && split_pattern(pre["pretokenizers"][0]) == qwen2_pattern &&
+               byte_level(pre["pretokenizers"][1], false)) {
+      v.pre_tokenizer = BpePreTokenizer::Qwen2;
     } else {
       fail(where, ": pre_tokenizer ", pre.dump().substr(0, 300), " is not one ftopt has (ByteLevel with use_regex "
-           "and without add_prefix_space, alone or after Digits with individual_digits)");
+           "and without add_prefix_space, alone or after Digits with individual_digits; or Llama 3's or Qwen2's "
+           "pattern split isolated, then ByteLevel without its regex)");
     }
   } catch (const typename Json::exception& e) {
     fail(where, ": ", e.what());

@@ -2,11 +2,13 @@
 /// text::ByteLevelBpe: the byte-level BPE tokenizer of GPT-2 and of the Llama-family models that
 /// use it (SmolLM2, ...), with Hugging Face tokenizers' results:
 ///   1. added tokens (<|im_start|>, <|endoftext|>, ...) are cut out of the text whole, the
-///      longest first where two start at the same place;
+///      longest first where two start at the same place; the text between them is put in NFC
+///      where the tokenizer says so (Qwen2's);
 ///   2. the rest is pre-tokenized: with `Gpt2Digits` (SmolLM's: tokenizers' Digits with
 ///      individual_digits, then ByteLevel) every digit is a piece of its own first; then GPT-2's
 ///      pattern  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-///      cuts words, written out here as a scanner (categories from ICU, text/unicode.hpp);
+///      cuts words, written out here as a scanner (categories from ICU, text/unicode.hpp); or
+///      Llama 3's pattern (`Llama3`; `Qwen2`: its digits one by one), llama3_pattern below;
 ///   3. each word's bytes become GPT-2's printable stand-ins (bytes_to_unicode) and merge pair by
 ///      pair, the pair of lowest merge rank first (the leftmost among equals), into vocabulary ids.
 /// decode() maps ids back to tokens and the stand-ins back to bytes. encode() and decode() are
@@ -39,7 +41,15 @@ namespace ftopt::text {
 enum class BpePreTokenizer {
   Gpt2,        ///< GPT-2's pattern (tokenizers' ByteLevel with use_regex)
   Gpt2Digits,  ///< every digit alone, then GPT-2's pattern (SmolLM's; GGUF's "smollm" and friends)
+  Llama3,      ///< Llama 3's pattern, numbers in pieces of up to 3 digits (GGUF's "llama-bpe")
+  Qwen2,       ///< Llama 3's pattern with every digit alone (Qwen2's; GGUF's "qwen2")
 };
+
+/// The patterns of BpePreTokenizer::Llama3 and Qwen2, as tokenizer.json's Split holds them.
+inline constexpr std::string_view llama3_pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view qwen2_pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 /// What a byte-level BPE tokenizer is made of, in the vocabulary's spelling (bytes as GPT-2's
 /// stand-ins): tokens by id, merges "left right" by rank, the ids of added (special) tokens.
@@ -48,6 +58,11 @@ struct BpeVocabulary {
   std::vector<std::string> merges;
   std::vector<std::int64_t> added;  ///< matched whole in the text (control and user-defined tokens)
   BpePreTokenizer pre_tokenizer = BpePreTokenizer::Gpt2;
+  /// A word that is a token of its own is that token, unmerged (tokenizers' BPE ignore_merges,
+  /// Llama 3's; llama.cpp sets it for the "llama-bpe" family).
+  bool ignore_merges = false;
+  /// The text between added tokens is put in NFC first (tokenizer.json's normalizer NFC, Qwen2's).
+  bool nfc = false;
   std::int64_t bos = -1, eos = -1, pad = -1;  ///< -1: none
 };
 
@@ -109,6 +124,46 @@ inline std::size_t gpt2_word_end(const std::vector<char32_t>& cps, std::size_t i
   const std::size_t space_end = run(i, is_white_space);
   if (space_end == end || space_end - i == 1) return space_end;
   return space_end - 1;  // leave the last one to lead the next word
+}
+
+/// The end of the word Llama 3's pattern (Qwen2's with max_digits 1) matches at cps[i] (i < end):
+///   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*
+///   |\s*[\r\n]+|\s+(?!\S)|\s+
+/// the alternatives tried in that order, as a regex engine does.
+inline std::size_t llama3_word_end(const std::vector<char32_t>& cps, std::size_t i, std::size_t end,
+                                   std::size_t max_digits) {
+  const auto run = [&](std::size_t k, auto in_class) {
+    while (k < end && in_class(cps[k])) ++k;
+    return k;
+  };
+  const auto newline = [](char32_t x) { return x == '\r' || x == '\n'; };
+  const auto other = [](char32_t x) { return !is_white_space(x) && !is_letter(x) && !is_number(x); };
+  // Case-insensitive as Oniguruma folds: the long s (U+017F) folds to s.
+  const auto lower = [](char32_t x) { return x == 0x17F ? U's' : (x >= 'A' && x <= 'Z') ? x + 32 : x; };
+  const char32_t c = cps[i];
+  if (c == '\'' && i + 1 < end) {
+    const char32_t n = lower(cps[i + 1]);
+    if (n == 's' || n == 't' || n == 'm' || n == 'd') return i + 2;
+    if (i + 2 < end) {
+      const char32_t m = lower(cps[i + 2]);
+      if ((n == 'r' && m == 'e') || (n == 'v' && m == 'e') || (n == 'l' && m == 'l')) return i + 3;
+    }
+  }
+  if (is_letter(c)) return run(i, is_letter);
+  if (!newline(c) && !is_number(c) && i + 1 < end && is_letter(cps[i + 1])) return run(i + 1, is_letter);
+  if (is_number(c)) {
+    std::size_t k = i;
+    while (k < end && k - i < max_digits && is_number(cps[k])) ++k;
+    return k;
+  }
+  const std::size_t body = (c == ' ' && i + 1 < end && other(cps[i + 1])) ? i + 1 : i;
+  if (other(cps[body])) return run(run(body, other), newline);
+  // White space: up to its last line break (\s*[\r\n]+), else \s+(?!\S), else \s+.
+  const std::size_t space_end = run(i, is_white_space);
+  for (std::size_t k = space_end; k > i; --k)
+    if (newline(cps[k - 1])) return k;
+  if (space_end == end || space_end - i == 1) return space_end;
+  return space_end - 1;
 }
 } // namespace detail
 
@@ -230,7 +285,7 @@ private:
 
   template <class Visit>
   void split_plain(std::string_view text, std::size_t offset, std::string_view whole, std::string_view source,
-                   Visit& visit) const {
+                   Visit& visit, bool normalize = true) const {
     if (text.empty()) return;
     std::vector<char32_t> cps;
     std::vector<std::size_t> starts;  // byte offset of each code point, and the end
@@ -243,7 +298,17 @@ private:
       starts.push_back(at);
     }
     starts.push_back(text.size());
+    if (normalize && vocabulary_.nfc) {  // valid UTF-8, as the loop above checked
+      const std::string composed = nfc(text);
+      if (composed != text) return split_plain(composed, 0, composed, source, visit, false);
+    }
     const auto word = [&](std::size_t a, std::size_t b) { visit(text.substr(starts[a], starts[b] - starts[a]), -1); };
+    const auto word_end = [pre = vocabulary_.pre_tokenizer](const std::vector<char32_t>& all, std::size_t i,
+                                                            std::size_t end) {
+      if (pre == BpePreTokenizer::Llama3) return detail::llama3_word_end(all, i, end, 3);
+      if (pre == BpePreTokenizer::Qwen2) return detail::llama3_word_end(all, i, end, 1);
+      return detail::gpt2_word_end(all, i, end);
+    };
     const bool digits = vocabulary_.pre_tokenizer == BpePreTokenizer::Gpt2Digits;
     for (std::size_t piece = 0; piece < cps.size();) {
       if (digits && detail::is_number(cps[piece])) {  // tokenizers' Digits(individual_digits=True)
@@ -254,7 +319,7 @@ private:
       std::size_t piece_end = piece;
       while (piece_end < cps.size() && !(digits && detail::is_number(cps[piece_end]))) ++piece_end;
       for (std::size_t i = piece; i < piece_end;) {
-        const std::size_t end = detail::gpt2_word_end(cps, i, piece_end);
+        const std::size_t end = word_end(cps, i, piece_end);
         word(i, end);
         i = end;
       }
@@ -264,6 +329,14 @@ private:
 
   /// The ids of one word (its UTF-8 bytes), merged by rank.
   void merge_word(std::string_view bytes, std::vector<std::int64_t>& ids) const {
+    if (vocabulary_.ignore_merges) {
+      std::string spelled;
+      for (const unsigned char b : bytes) append_utf8(spelled, detail::byte_stand_ins()[b]);
+      if (const auto whole = ids_.find(spelled); whole >= 0) {
+        ids.push_back(whole);
+        return;
+      }
+    }
     std::vector<std::int32_t> symbols;
     symbols.reserve(bytes.size());
     for (const unsigned char b : bytes) {

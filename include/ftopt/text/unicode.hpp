@@ -163,6 +163,39 @@ inline void append_nfd(std::vector<char32_t>& out, char32_t cp) {
   }
 }
 
+/// The NFC form of valid UTF-8 text (ICU's normalizer; text already in NFC comes back as it is).
+inline std::string nfc(std::string_view utf8) {
+  UErrorCode status = U_ZERO_ERROR;
+  static const UNormalizer2* composer = unorm2_getNFCInstance(&status);
+  check(U_SUCCESS(status), "text: ICU has no NFC data (", u_errorName(status), ")");
+  std::vector<char32_t> cps = decode_utf8(utf8);
+  std::u16string in;
+  for (const char32_t cp : cps) {
+    if (cp < 0x10000) {
+      in.push_back(static_cast<char16_t>(cp));
+    } else {
+      in.push_back(static_cast<char16_t>(0xD800 + ((cp - 0x10000) >> 10)));
+      in.push_back(static_cast<char16_t>(0xDC00 + ((cp - 0x10000) & 0x3FF)));
+    }
+  }
+  status = U_ZERO_ERROR;
+  const auto* data = reinterpret_cast<const UChar*>(in.data());
+  const auto length = static_cast<int32_t>(in.size());
+  if (unorm2_isNormalized(composer, data, length, &status) && U_SUCCESS(status)) return std::string(utf8);
+  status = U_ZERO_ERROR;
+  std::u16string out(in.size() * 3 + 16, u'\0');
+  const int32_t n = unorm2_normalize(composer, data, length, reinterpret_cast<UChar*>(out.data()),
+                                     static_cast<int32_t>(out.size()), &status);
+  check(U_SUCCESS(status), "text: NFC failed (", u_errorName(status), ")");
+  std::string result;
+  for (int32_t i = 0; i < n;) {
+    UChar32 c;
+    U16_NEXT(out.data(), i, n, c);
+    append_utf8(result, static_cast<char32_t>(c));
+  }
+  return result;
+}
+
 /// Sorts each run of combining marks of `cps` (canonical combining class > 0) by class, stably:
 /// the canonical ordering that completes NFD.
 inline void order_marks(std::vector<char32_t>& cps) {
