@@ -4,11 +4,14 @@
 // the recorded steps and printed as ms per step, largest first. The tables in docs/benchmarks.md
 // come from it.
 //
-//   build/benchmarks/bench_profile_step [fp32|bf16] [full|lora|mlp|infer|infer-int8|bert-lora|bert-full] [steps] [shapes]
+//   build/benchmarks/bench_profile_step [fp32|bf16] [full|lora|mlp|infer|infer-int8|bert-lora|bert-full|llama-lora]
+//       [steps] [shapes]
 // ("mlp": bench_python_peer's 784-64-10 MLP, batch 32, with optim::FusedAdamW; "infer": the
 // ViT's forward in eval mode, batch 256, and "infer-int8" the same after quant::DynamicInt8;
 // "bert-lora" and "bert-full": all-MiniLM-L6-v2's architecture, batch 32 x 128 tokens, the PEFT
-// recipe's LoRA or full fine-tuning, optim::FusedAdamW.)
+// recipe's LoRA or full fine-tuning, optim::FusedAdamW; "llama-lora": bench_llm_peer's step,
+// SmolLM2-135M's architecture, batch 8 x 256 tokens, LoRA r 16 on all seven projections, the
+// fused loss.)
 // ("shapes" keys each row by the op's input shapes too.) With FTOPT_PROFILE_OUT=FILE it also
 // writes the table as JSON in Google Benchmark's shape (one run per op, ms per step, with the
 // machine's context), which scripts/report.py --store files as profile_step_<precision>_<what>.
@@ -30,6 +33,8 @@
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
+#include <ftopt/loss/causal_lm.hpp>
+#include <ftopt/models/llama.hpp>
 
 #include "machine.hpp"
 #include "models.hpp"
@@ -147,8 +152,9 @@ void profile_calls(Run run, int steps, bool by_shape, const std::string& what) {
 /// `what` names the case in the table and the JSON file (default: "<precision>, <peft>").
 template <class Precision, class Peft, class Optimizer = torch::optim::AdamW, class Model>
 int profile(Peft peft, Model model, std::pair<torch::Tensor, torch::Tensor> batch, int steps, bool by_shape,
-            std::string what = "") {
-  ftopt::Trainer<Precision, Peft> trainer({.device = torch::kCPU, .report_hardware = false}, {}, std::move(peft));
+            std::string what = "", ftopt::LossFunction loss = ftopt::cross_entropy) {
+  ftopt::Trainer<Precision, Peft> trainer({.device = torch::kCPU, .loss = std::move(loss), .report_hardware = false}, {},
+                                          std::move(peft));
   Optimizer optimizer(trainer.prepare(model), torch::optim::AdamWOptions(1e-4));
   if (what.empty()) what = std::string(Precision::name) + ", " + Peft::name;
   profile_calls([&] { trainer.train_step(model, optimizer, batch); }, steps, by_shape, what);
@@ -191,6 +197,17 @@ int with_peft(const std::string& peft, int steps, bool by_shape) {
         ftopt::peft::Lora({.r = 8, .alpha = 16, .dropout = 0.1, .targets = {"query", "value"},
                            .modules_to_save = {"classifier"}}),
         bert, batch, steps, by_shape, what);
+  }
+  if (peft == "llama-lora") {  // bench_llm_peer's step: SmolLM2-135M, LoRA r 16 on 7 projections, fused loss
+    torch::manual_seed(0);
+    ftopt::models::Llama llama(ftopt::models::LlamaOptions{});
+    llama->output_hidden = true;
+    const auto ids = torch::randint(100, 49000, {8, 256}, torch::kLong);
+    return profile<Precision, ftopt::peft::Lora, ftopt::optim::FusedAdamW>(
+        ftopt::peft::Lora({.r = 16, .alpha = 32, .dropout = 0.05,
+                           .targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}),
+        llama, std::pair{ids, ids}, steps, by_shape, std::string(Precision::name) + ", " + peft,
+        ftopt::loss::fused_causal_lm([m = llama.ptr()] { return m->head_weight(); }));
   }
   if (peft == "mlp")  // bench_python_peer's MLP: 784-64-10, batch 32, full, FusedAdamW
     return profile<Precision, ftopt::peft::Full, ftopt::optim::FusedAdamW>(

@@ -15,7 +15,7 @@ A document asks for a table with a pair of markers, and this script fills in wha
 
 TABLE is one of the renderers below (python_peer.training, python_peer.inference,
 python_peer.compile, text_peer.training, text_peer.compile, llm_peer.training, llm_peer.compile,
-llm_peer.memory, readme.measured, profile.<name>, bench.<name>); MACHINE a folder of benchmarks/results
+llm_peer.memory, llm_peer.generate, readme.measured, profile.<name>, bench.<name>); MACHINE a folder of benchmarks/results
 (`readme.measured` takes `*`: every machine, one row each).
 
     scripts/report.py                 render every marked table in place
@@ -227,12 +227,18 @@ def render_readme_measured(which):
     return "\n".join(rows) + "\n"
 
 
+def llm_peer_case(machine, case):
+    """llm_peer.json's context and its run of `case`."""
+    data = load(machine, "llm_peer")
+    e = by_case(data).get(case)
+    if e is None:
+        raise ReportError(f"benchmarks/results/{machine}/llm_peer.json has no {case}")
+    return data, e
+
+
 def render_llm_peer_memory(machine):
     """The LLM step's memory: ftopt's tracked tensors against the growth of Python's resident set."""
-    data = load(machine, "llm_peer")
-    e = by_case(data).get("llama_bf16_lora")
-    if e is None:
-        raise ReportError(f"benchmarks/results/{machine}/llm_peer.json has no llama_bf16_lora")
+    data, e = llm_peer_case(machine, "llama_bf16_lora")
     return "\n".join([
         f"Machine: {machine_line(data['context'])}.", "",
         "| SmolLM2-135M, bf16 + LoRA, 8 x 256 tokens | peak MiB | share of Python's |", "|---|---|---|",
@@ -240,6 +246,18 @@ def render_llm_peer_memory(machine):
         f"{e['ftopt_peak_MiB']:.0f} | **{100 * e['peak_share']:.1f}%** |",
         f"| transformers + PEFT, sdpa, fused AdamW (growth of the resident set from before the model) | "
         f"{e['python_peak_MiB']:.0f} | |"]) + "\n"
+
+
+def render_llm_peer_generate(machine):
+    """Greedy decoding: ftopt's generate against transformers' generate."""
+    data, e = llm_peer_case(machine, "llama_generate")
+    return "\n".join([
+        f"Machine: {machine_line(data['context'])}; Python: {data['context'].get('python', '?')}.", "",
+        "| SmolLM2-135M, fp32, greedy, 128-token prompt + 64 new tokens | ms | tokens/s |", "|---|---|---|",
+        f"| ftopt `models::generate` | {ms(e['ftopt_ms'])} | {e['ftopt_tokens_per_s']:.1f} |",
+        f"| transformers `generate`, sdpa | {ms(e['py_sdpa_ms'])} | {64 / (e['py_sdpa_ms'] / 1e3):.1f} |",
+        f"| transformers `generate`, eager attention | {ms(e['py_eager_ms'])} | {64 / (e['py_eager_ms'] / 1e3):.1f} |",
+        f"| Python's faster / ftopt | **{ratio(e['generate_x'])}** | |"]) + "\n"
 
 
 def render_bench(bench, machine):
@@ -285,6 +303,8 @@ def render(table, machine):
         return render_python_peer_compile(machine, "llm_peer")
     if table == "llm_peer.memory":
         return render_llm_peer_memory(machine)
+    if table == "llm_peer.generate":
+        return render_llm_peer_generate(machine)
     if table == "python_peer.inference":
         return render_python_peer_inference(machine)
     if table == "readme.measured":

@@ -1,6 +1,7 @@
 // Tests for include/ftopt/nn/shared_input_linears.hpp: one GEMM for several Linears on one
 // input gives each layer's own forward, values and gradients, with and without LoRA branches,
-// in fp32 and under bf16 autocast; anything it cannot fuse runs layer by layer.
+// in fp32 and under bf16 autocast; anything it cannot fuse, and inputs of a few rows, run layer by
+// layer.
 #include <catch2/catch.hpp>
 
 #include <torch/torch.h>
@@ -69,7 +70,7 @@ bool is_slice_of_stack(const torch::Tensor& t) { return t.stride(-2) == 16 + 16 
 TEST_CASE("shared_input_linears is each Linear's own forward, values and gradients", "[nn][shared_input_linears]") {
   torch::manual_seed(1);
   Projections m;
-  const auto x = torch::randn({2, 5, 16});
+  const auto x = torch::randn({2, 8, 16});  // min_fused_rows rows
   auto shared = run(m, x, true, false);
   CHECK(is_slice_of_stack(shared[0]));
   CHECK(is_slice_of_stack(shared[2]));
@@ -94,7 +95,7 @@ TEST_CASE("shared_input_linears adds unmerged LoRA branches and gives their grad
     torch::NoGradGuard no_grad;
     for (auto& [name, branch] : lora.branches()) branch->b()->weight.normal_();  // B = 0 would hide the branch
   }
-  const auto x = torch::randn({3, 16});
+  const auto x = torch::randn({ftopt::nn::min_fused_rows, 16});
   auto shared = run(m, x, true, false);
   CHECK(shared.size() == 3 + 1 + 4);  // outputs, x, and A and B of two branches
   CHECK_FALSE(is_slice_of_stack(shared[0]));  // query: the slice plus its branch
@@ -108,6 +109,19 @@ TEST_CASE("shared_input_linears adds unmerged LoRA branches and gives their grad
     CHECK(is_slice_of_stack(merged[0]));
     check_same(merged, run(m, x, false, false), 1e-5);
   }
+}
+
+TEST_CASE("shared_input_linears runs a few rows (a decoding step) layer by layer, with the same values",
+          "[nn][shared_input_linears]") {
+  torch::manual_seed(3);
+  Projections m;
+  for (const std::int64_t rows : {std::int64_t{1}, ftopt::nn::min_fused_rows - 1}) {
+    const auto x = torch::randn({1, rows, 16});
+    auto shared = run(m, x, true, false);
+    CHECK_FALSE(is_slice_of_stack(shared[0]));
+    check_same(shared, run(m, x, false, false), 0);
+  }
+  CHECK(is_slice_of_stack(run(m, torch::randn({1, ftopt::nn::min_fused_rows, 16}), true, false)[0]));
 }
 
 TEST_CASE("shared_input_linears runs layer by layer what it cannot fuse", "[nn][shared_input_linears]") {

@@ -9,6 +9,8 @@
 //   q4_1 GGUF WORK                    storage::Q4_1's blocks of q4_1.input.safetensors' "w" and, for every
 //                                     Q4_1 tensor of GGUF, whether quantize(dequantize(blocks)) gives
 //                                     its bytes back -> q4_1.ftopt.safetensors {blocks, same, tensors}
+//   k-quants WORK                     storage::ggml::dequantize of kquants.input.safetensors {q4_k,
+//                                     q6_k} (raw blocks) -> kquants.ftopt.safetensors {q4_k, q6_k}
 //   fused-loss WORK                   loss::linear_cross_entropy of fused.input.safetensors {h, w,
 //                                     labels} -> fused.ftopt.safetensors {loss, grad_h, grad_w}
 //   generate GGUF WORK                SmolLM2's chat prompt for the user message of generate.jsonl,
@@ -45,6 +47,7 @@
 #include <ftopt/peft/files/lora.hpp>
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/peft/qlora.hpp>
+#include <ftopt/storage/ggml.hpp>
 #include <ftopt/storage/q4_1.hpp>
 #include <ftopt/text/bpe_files.hpp>
 #include <ftopt/text/chat_template.hpp>
@@ -217,6 +220,15 @@ int main(int argc, char** argv) {
        out.insert("labels", packed.labels);
        out.insert("logits", model(packed.input));
        peer::save(work, "packed.ftopt.safetensors", out);
+     }},
+    {"k-quants", [](const std::vector<std::string>&, const std::filesystem::path& work) {
+       auto in = peer::load(work, "kquants.input.safetensors");
+       weights::StateDict out;
+       out.insert("q4_k", storage::ggml::dequantize(in["q4_k"], storage::ggml::Type::Q4_K,
+                                                    {in["q4_k"].numel() / 144 * 256}, at::kFloat));
+       out.insert("q6_k", storage::ggml::dequantize(in["q6_k"], storage::ggml::Type::Q6_K,
+                                                    {in["q6_k"].numel() / 210 * 256}, at::kFloat));
+       peer::save(work, "kquants.ftopt.safetensors", out);
      }},
   });
 }

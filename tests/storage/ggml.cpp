@@ -1,7 +1,11 @@
 // Tests for include/ftopt/storage/ggml.hpp: ggml's block layouts (ggml-common.h's static_asserts
-// give each block's bytes), their values by the formulas of ggml-quants.c's dequantize_row_*,
-// and rows that stand alone.
+// give each block's bytes), their values by the formulas of ggml-quants.c's dequantize_row_*
+// (Q4_K's and Q6_K's blocks packed here value by value as its quantize_row_*_ref packs them),
+// and rows that stand alone. gguf-py's dequantize on random K-quant blocks: tests/peer/llama.py.
 #include <catch2/catch.hpp>
+
+#include <array>
+#include <cstring>
 
 #include <torch/torch.h>
 
@@ -58,8 +62,80 @@ TEST_CASE("ggml: Q4_1 rows dequantize on their own, in any order, to any float t
 
 TEST_CASE("ggml: a type ftopt does not read, or bytes that do not fit the shape, are errors", "[storage][gguf]") {
   const at::Tensor bytes = at::zeros({144}, at::kByte);
-  CHECK_THAT(test::message_of([&] { storage::ggml::dequantize(bytes, Type::Q4_K, {256}, at::kFloat); }),
-             Contains("type Q4_K is not one ftopt reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1)"));
+  CHECK_THAT(test::message_of([&] { storage::ggml::dequantize(at::zeros({176}, at::kByte), Type::Q5_K, {256}, at::kFloat); }),
+             Contains("type Q5_K is not one ftopt reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"));
   CHECK_THAT(test::message_of([&] { storage::ggml::dequantize(bytes, Type::Q4_1, {64}, at::kFloat); }),
              Contains("144 bytes do not hold 64 values of type Q4_1"));
+}
+
+namespace {
+std::string half_bytes(float x) {
+  const c10::Half h(x);
+  std::string out(2, '\0');
+  std::memcpy(out.data(), &h.x, 2);
+  return out;
+}
+at::Tensor bytes_of(const std::string& s) {
+  return at::from_blob(const_cast<char*>(s.data()), {static_cast<std::int64_t>(s.size())}, at::kByte).clone();
+}
+} // namespace
+
+TEST_CASE("ggml: Q4_K's 6-bit scales and mins, and its nibbles, give d sc q - dmin m", "[storage][gguf]") {
+  const float d = 0.5F, dmin = 0.25F;
+  std::array<int, 8> sc{}, mn{};
+  for (int j = 0; j < 8; ++j) sc[j] = 7 * j + 10, mn[j] = 63 - 5 * j;  // above 15: the high bits matter
+  std::array<std::uint8_t, 12> scales{};
+  for (int j = 0; j < 8; ++j) {  // quantize_row_q4_K_ref's packing
+    if (j < 4) {
+      scales[j] = static_cast<std::uint8_t>(sc[j]);
+      scales[j + 4] = static_cast<std::uint8_t>(mn[j]);
+    } else {
+      scales[j + 4] = static_cast<std::uint8_t>((sc[j] & 0xF) | ((mn[j] & 0xF) << 4));
+      scales[j - 4] |= static_cast<std::uint8_t>((sc[j] >> 4) << 6);
+      scales[j] |= static_cast<std::uint8_t>((mn[j] >> 4) << 6);
+    }
+  }
+  std::array<int, 256> q{};
+  std::array<std::uint8_t, 128> qs{};
+  for (int v = 0; v < 256; ++v) {
+    q[v] = (7 * v + 3) % 16;
+    const int group = v / 64, l = v % 64;  // 64 values per 32 bytes: low nibbles, then high
+    qs[group * 32 + l % 32] |= static_cast<std::uint8_t>(l < 32 ? q[v] : q[v] << 4);
+  }
+  const std::string block = half_bytes(d) + half_bytes(dmin) + std::string(scales.begin(), scales.end()) +
+                            std::string(qs.begin(), qs.end());
+  REQUIRE(block.size() == 144);
+  const at::Tensor w = storage::ggml::dequantize(bytes_of(block + block), Type::Q4_K, {2, 256}, at::kFloat);
+  for (int v = 0; v < 256; ++v) {
+    const int sub = v / 32;  // 8 sub-blocks of 32 values
+    const float want = d * static_cast<float>(sc[sub]) * static_cast<float>(q[v]) - dmin * static_cast<float>(mn[sub]);
+    CHECK(w[0][v].item<float>() == want);
+    CHECK(w[1][v].item<float>() == want);
+  }
+}
+
+TEST_CASE("ggml: Q6_K's low nibbles, high pairs and int8 scales give d sc (q - 32)", "[storage][gguf]") {
+  const float d = 0.25F;
+  std::array<int, 256> q{};
+  std::array<std::uint8_t, 128> ql{};
+  std::array<std::uint8_t, 64> qh{};
+  std::array<std::int8_t, 16> sc{};
+  for (int i = 0; i < 16; ++i) sc[i] = static_cast<std::int8_t>(9 * i - 70);
+  for (int v = 0; v < 256; ++v) {  // quantize_row_q6_K_ref's packing
+    q[v] = (5 * v + 1) % 64;
+    const int half = v / 128, quarter = (v % 128) / 32, l = v % 32;
+    std::uint8_t& low = ql[half * 64 + l + (quarter % 2) * 32];
+    low |= static_cast<std::uint8_t>(quarter < 2 ? (q[v] & 0xF) : (q[v] & 0xF) << 4);
+    qh[half * 32 + l] |= static_cast<std::uint8_t>((q[v] >> 4) << (2 * quarter));
+  }
+  std::string block(ql.begin(), ql.end());
+  block += std::string(qh.begin(), qh.end());
+  block += std::string(reinterpret_cast<const char*>(sc.data()), 16);
+  block += half_bytes(d);
+  REQUIRE(block.size() == 210);
+  const at::Tensor w = storage::ggml::dequantize(bytes_of(block), Type::Q6_K, {256}, at::kFloat);
+  for (int v = 0; v < 256; ++v) {
+    const int scale = sc[v / 16];  // 16 sub-blocks of 16 values
+    CHECK(w[v].item<float>() == d * static_cast<float>(scale) * static_cast<float>(q[v] - 32));
+  }
 }

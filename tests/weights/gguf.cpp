@@ -149,9 +149,9 @@ TEST_CASE("GGUF: a broken file is an error naming the file and the value", "[wei
   CHECK_THAT(message(counts), Contains("the header's tensor count counts 1099511627776 items"));
 
   g = sample();
-  g.tensor("k_quant", {1, 256}, Type::Q4_K, std::string(144, '\0'));
-  CHECK_THAT(message(g.bytes()), Contains("bad.gguf: tensor 'k_quant': storage::ggml::dequantize: type Q4_K is not one "
-                                          "ftopt reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1)"));
+  g.tensor("k_quant", {1, 256}, Type::Q5_K, std::string(176, '\0'));
+  CHECK_THAT(message(g.bytes()), Contains("bad.gguf: tensor 'k_quant': storage::ggml::dequantize: type Q5_K is not one "
+                                          "ftopt reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"));
   g = sample();
   g.tensor("odd", {4}, 99U, std::string(16, '\0'));
   CHECK_THAT(message(g.bytes()), Contains("tensor 'odd' has ggml type 99, not one ggml defines"));

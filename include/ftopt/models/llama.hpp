@@ -167,7 +167,8 @@ struct LlamaAttentionImpl : torch::nn::Module {
       values.narrow(2, cache->length, T).copy_(vh);
       kh = keys.narrow(2, 0, end);
       vh = values.narrow(2, 0, end);
-      causal = causal && cache->length == 0;  // later steps attend to all that is stored (mask given)
+      // Later steps attend to all that is stored (the mask given, or none for one new token).
+      causal = causal && cache->length == 0;
     }
     if (heads != kv_heads) {  // transformers' repeat_kv
       kh = kh.repeat_interleave(heads / kv_heads, 1);
@@ -278,11 +279,11 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
           cache.capacity);
     cache.keys.resize(layers->size());
     cache.values.resize(layers->size());
-    at::Tensor mask;  // new token i sees every stored token and the new ones up to itself
+    // New token i sees every stored token and the new ones up to itself; one new token sees
+    // everything (no mask: the attention then attends to all that is stored).
+    at::Tensor mask;
     if (start > 0 && T > 1)
       mask = at::ones({T, start + T}, ids.options().dtype(at::kBool)).tril(start).view({1, 1, T, start + T});
-    else if (start > 0)
-      mask = at::ones({1, 1, 1, start + 1}, ids.options().dtype(at::kBool));
     const auto [cos, sin] = rotary(start, T, ids.device());
     at::Tensor h = embed_tokens(ids);
     for (std::size_t i = 0; i < layers->size(); ++i) h = layer(i).forward(h, cos, sin, mask, &cache, i);

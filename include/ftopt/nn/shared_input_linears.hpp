@@ -9,7 +9,8 @@
 /// peft's adapter kernel, for LoRA, DoRA, VeRA and QLoRA's packed bases), that kind computes
 /// them. Otherwise they fuse when every layer computes exactly its own forward (nothing attached,
 /// or nn::Effect::none: a folded LoRA branch) and the layers have biases on all or none; anything
-/// else (int8, fake-quant, a calibration observer, an adapter) runs layer by layer, unchanged.
+/// else (int8, fake-quant, a calibration observer, an adapter) runs layer by layer, unchanged, as
+/// does an input of fewer than min_fused_rows rows (a decoding step).
 /// `fuse = false` runs every layer by itself (ftopt::KernelOptions::shared_input).
 ///
 /// Values: each output column is the same dot product the layer computes alone. Gradients: the
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <typeinfo>
 #include <vector>
 
@@ -46,6 +48,10 @@ inline const Together<LinearImpl>* common_kind(std::span<LinearImpl* const> laye
 
 } // namespace detail
 
+/// Inputs of fewer rows than this run layer by layer where the layers would be stacked: the stacked
+/// weight is a copy, which a decoding step's one row does not pay for (bench_llm_peer's generation).
+inline constexpr std::int64_t min_fused_rows = 16;
+
 template <std::size_t N>
 std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>& layers, const at::Tensor& x,
                                                bool fuse = true) {
@@ -59,7 +65,10 @@ std::array<at::Tensor, N> shared_input_linears(const std::array<LinearImpl*, N>&
       }
   }
   const bool with_bias = layers[0]->bias.defined();
-  const bool fusable = fuse && std::ranges::all_of(layers, [&](const LinearImpl* layer) {
+  // Stacking copies every weight: worth it where the GEMM has rows to share it over, not for the
+  // few rows of a decoding step, where the copy would cost more than the GEMM.
+  const bool enough_rows = x.numel() >= min_fused_rows * x.size(-1);
+  const bool fusable = fuse && enough_rows && std::ranges::all_of(layers, [&](const LinearImpl* layer) {
                          return layer->bias.defined() == with_bias && layer->effect() == Effect::none;
                        });
   if (!fusable) {

@@ -6,7 +6,12 @@
 ///   Q8_0  32 values in 34 bytes: fp16 d, 32 int8 q;            w = d q
 ///   Q4_0  32 values in 18 bytes: fp16 d, 16 bytes of nibbles;  w = d (q - 8)
 ///   Q4_1  32 values in 20 bytes: fp16 d, fp16 m, 16 bytes;     w = d q + m
-/// In a 4-bit block, byte j holds value j in its low nibble and value j + 16 in its high one.
+///   Q4_K  256 values in 144 bytes: fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins for 8
+///         sub-blocks of 32, 128 bytes of nibbles;               w = d sc q - dmin m
+///   Q6_K  256 values in 210 bytes: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8
+///         scales for sub-blocks of 16, fp16 d;                  w = d sc (q - 32)
+/// In a 4-bit block, byte j holds value j in its low nibble and value j + 16 in its high one (the
+/// K-quants as ggml-quants.c's dequantize_row_q4_K and _q6_K lay theirs out).
 ///
 ///   auto w = storage::ggml::dequantize(bytes, storage::ggml::Type::Q4_1, {576, 576}, at::kFloat);
 
@@ -53,9 +58,9 @@ inline std::optional<Layout> layout(std::uint32_t code) {
   case Type::Q8_1: return Layout{"Q8_1", 32, 36, false};
   case Type::Q2_K: return Layout{"Q2_K", 256, 84, false};
   case Type::Q3_K: return Layout{"Q3_K", 256, 110, false};
-  case Type::Q4_K: return Layout{"Q4_K", 256, 144, false};
+  case Type::Q4_K: return Layout{"Q4_K", 256, 144, true};
   case Type::Q5_K: return Layout{"Q5_K", 256, 176, false};
-  case Type::Q6_K: return Layout{"Q6_K", 256, 210, false};
+  case Type::Q6_K: return Layout{"Q6_K", 256, 210, true};
   case Type::Q8_K: return Layout{"Q8_K", 256, 292, false};
   case Type::I8: return Layout{"I8", 1, 1, false};
   case Type::I16: return Layout{"I16", 1, 2, false};
@@ -67,7 +72,7 @@ inline std::optional<Layout> layout(std::uint32_t code) {
 }
 
 /// The types dequantize() reads, for error messages.
-inline constexpr const char* readable_types = "F32, F16, BF16, Q8_0, Q4_0, Q4_1";
+inline constexpr const char* readable_types = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K";
 
 namespace detail {
 inline float half_at(const std::uint8_t* p) {
@@ -78,10 +83,22 @@ inline float half_at(const std::uint8_t* p) {
 
 /// Dequantizes `blocks` blocks at `in` into `out`, block by block, in parallel.
 template <class Block>
-void for_blocks(const std::uint8_t* in, float* out, std::int64_t blocks, std::int64_t block_bytes, Block block) {
+void for_blocks(const std::uint8_t* in, float* out, std::int64_t blocks, std::int64_t block_bytes,
+                std::int64_t block_values, Block block) {
   at::parallel_for(0, blocks, 1024, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t b = begin; b < end; ++b) block(in + b * block_bytes, out + b * 32);
+    for (std::int64_t b = begin; b < end; ++b) block(in + b * block_bytes, out + b * block_values);
   });
+}
+
+/// Q4_K's 6-bit scale and min of sub-block j (0..7) from its 12 packed bytes (get_scale_min_k4).
+inline void q4_k_scale_min(int j, const std::uint8_t* q, int& scale, int& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
 }
 } // namespace detail
 
@@ -108,26 +125,64 @@ inline at::Tensor dequantize(const at::Tensor& bytes, Type type, at::IntArrayRef
   }
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
   float* o = out.data_ptr<float>();
-  const std::int64_t blocks = numel / 32;
+  const std::int64_t blocks = numel / kind->block_values;
   if (type == Type::Q8_0) {
-    detail::for_blocks(p, o, blocks, 34, [](const std::uint8_t* b, float* w) {
+    detail::for_blocks(p, o, blocks, 34, 32, [](const std::uint8_t* b, float* w) {
       const float d = detail::half_at(b);
       for (int j = 0; j < 32; ++j) w[j] = d * static_cast<float>(static_cast<std::int8_t>(b[2 + j]));
     });
   } else if (type == Type::Q4_0) {
-    detail::for_blocks(p, o, blocks, 18, [](const std::uint8_t* b, float* w) {
+    detail::for_blocks(p, o, blocks, 18, 32, [](const std::uint8_t* b, float* w) {
       const float d = detail::half_at(b);
       for (int j = 0; j < 16; ++j) {
         w[j] = d * static_cast<float>((b[2 + j] & 0x0F) - 8);
         w[j + 16] = d * static_cast<float>((b[2 + j] >> 4) - 8);
       }
     });
-  } else {  // Q4_1
-    detail::for_blocks(p, o, blocks, 20, [](const std::uint8_t* b, float* w) {
+  } else if (type == Type::Q4_1) {
+    detail::for_blocks(p, o, blocks, 20, 32, [](const std::uint8_t* b, float* w) {
       const float d = detail::half_at(b), m = detail::half_at(b + 2);
       for (int j = 0; j < 16; ++j) {
         w[j] = d * static_cast<float>(b[4 + j] & 0x0F) + m;
         w[j + 16] = d * static_cast<float>(b[4 + j] >> 4) + m;
+      }
+    });
+  } else if (type == Type::Q4_K) {
+    // Four groups of 64 values: 32 bytes of nibbles each, low nibbles for sub-block 2g, high for 2g + 1.
+    detail::for_blocks(p, o, blocks, 144, 256, [](const std::uint8_t* b, float* w) {
+      const float d = detail::half_at(b), dmin = detail::half_at(b + 2);
+      const std::uint8_t* scales = b + 4;
+      const std::uint8_t* q = b + 16;
+      for (int g = 0; g < 4; ++g, q += 32, w += 64) {
+        int sc = 0, m = 0;
+        detail::q4_k_scale_min(2 * g, scales, sc, m);
+        const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+        detail::q4_k_scale_min(2 * g + 1, scales, sc, m);
+        const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
+        for (int l = 0; l < 32; ++l) {
+          w[l] = d1 * static_cast<float>(q[l] & 0xF) - m1;
+          w[l + 32] = d2 * static_cast<float>(q[l] >> 4) - m2;
+        }
+      }
+    });
+  } else {  // Q6_K: two halves of 128 values: 64 bytes of low nibbles, 32 of high pairs, 8 scales
+    detail::for_blocks(p, o, blocks, 210, 256, [](const std::uint8_t* b, float* w) {
+      const float d = detail::half_at(b + 208);
+      const std::uint8_t* ql = b;
+      const std::uint8_t* qh = b + 128;
+      const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192);
+      for (int half = 0; half < 2; ++half, ql += 64, qh += 32, sc += 8, w += 128) {
+        for (int l = 0; l < 32; ++l) {
+          const int is = l / 16;
+          const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+          const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+          const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+          const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+          w[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+          w[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+          w[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+          w[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+        }
       }
     });
   }
