@@ -11,9 +11,17 @@ source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
 # run_ctest DIR NAME: ctest in DIR; fails on a failed test and on a skip outside the CUDA tests.
 run_ctest() {
-  local dir=$1 name=$2 log status=0
+  local dir=$1 name=$2 log status=0 units
   log=$(mktemp)
   echo "== ctest: $name ($dir)"
+  # The unit tests are registered from the test program's own list; a list that failed to build
+  # (a test name with a ';' stops it, with the name, above) leaves none, and ctest would pass.
+  units=$(cd "$dir" && ctest -N -L unit | sed -n 's/^Total Tests: //p')
+  if [ "${units:-0}" -lt 100 ]; then
+    echo "ftopt test: only ${units:-0} unit tests are registered in $dir; the test list did not build (see above)" >&2
+    rm -f "$log"
+    return 1
+  fi
   (cd "$dir" && ctest --output-on-failure --parallel "$jobs") 2>&1 | tee "$log" || status=$?
   local skipped
   skipped=$(grep -E '^[[:space:]]*[0-9]+ - .*\(Skipped\)$' "$log" | grep -vE '[0-9]+ - (CUDA|NCCL)' || true)

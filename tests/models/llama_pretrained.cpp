@@ -228,7 +228,7 @@ TEST_CASE("save_llama: the folder loads back with the same logits, and its confi
   }
 }
 
-TEST_CASE("save_llama: merged LoRA is saved as plain weights; an unmerged one is an error and writes nothing",
+TEST_CASE("save_llama: merged LoRA is saved as plain weights, an unmerged one is an error and writes nothing",
           "[models][llama][peft]") {
   const test::ScratchDir scratch("llama-save-lora");
   models::Llama model(tiny_options());

@@ -74,7 +74,7 @@ TEST_CASE("ByteLevelBpe: Llama 3's and Qwen2's patterns cut the words tokenizers
   CHECK(llama3.words("中文 字符😀!?\n") == Words{"中文", " 字符", "😀!?\n"});
 }
 
-TEST_CASE("ByteLevelBpe: ignore_merges takes a word that is a token whole; nfc composes first", "[text][bpe]") {
+TEST_CASE("ByteLevelBpe: ignore_merges takes a word that is a token whole, nfc composes first", "[text][bpe]") {
   // "ab" is a token, but no merge makes it: merged, "ab" is two tokens; with ignore_merges, one.
   auto v = byte_vocabulary({"ab"});
   CHECK(text::ByteLevelBpe(v, "test").encode("ab") == std::vector<std::int64_t>{'a', 'b'});
