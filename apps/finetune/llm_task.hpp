@@ -29,6 +29,7 @@
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
+#include <ftopt/data/packing.hpp>
 #include <ftopt/data/text_set.hpp>
 #include <ftopt/loss/causal_lm.hpp>
 #include <ftopt/models/generate.hpp>
@@ -45,9 +46,7 @@
 namespace finetune {
 
 /// One training example: the tokens, and the labels (-100 on the prompt).
-struct LlmExample {
-  std::vector<std::int64_t> ids, labels;
-};
+using LlmExample = ftopt::data::TokenSequence;
 /// One held-out question: the prompt's tokens and the section it should name.
 struct LlmQuestion {
   std::vector<std::int64_t> prompt;

@@ -261,7 +261,7 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
         mask = mask.logical_or(at::eye(T, kept.options()));
       }
     }
-    const auto [cos, sin] = packed ? rotary_at(input.select(1, 2)) : rotary(0, T, ids.device());
+    const auto [cos, sin] = rotary(packed ? input.select(1, 2) : at::arange(T, ids.options()));
     at::Tensor h = embed_tokens(ids);
     for (std::size_t i = 0; i < layers->size(); ++i) {
       auto& block = *layers[i]->as<LlamaDecoderLayerImpl>();
@@ -284,7 +284,7 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
     at::Tensor mask;
     if (start > 0 && T > 1)
       mask = at::ones({T, start + T}, ids.options().dtype(at::kBool)).tril(start).view({1, 1, T, start + T});
-    const auto [cos, sin] = rotary(start, T, ids.device());
+    const auto [cos, sin] = rotary(at::arange(start, start + T, ids.options()));
     at::Tensor h = embed_tokens(ids);
     for (std::size_t i = 0; i < layers->size(); ++i) h = layer(i).forward(h, cos, sin, mask, &cache, i);
     cache.length += T;
@@ -299,18 +299,12 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
   nn::RmsNorm norm;
 
 private:
-  /// cos and sin [B, 1, T, head_dim] of positions [B, T].
-  std::pair<at::Tensor, at::Tensor> rotary_at(const at::Tensor& positions) const {
+  /// cos and sin of `positions`: [T, head_dim] for positions [T], and [B, 1, T, head_dim] (one
+  /// per sequence, broadcast over the heads) for positions [B, T].
+  std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& positions) const {
     const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_.to(positions.device());
-    const at::Tensor angles = at::cat({freqs, freqs}, -1).unsqueeze(1);
-    return {angles.cos(), angles.sin()};
-  }
-  /// cos and sin [T, head_dim] of positions start .. start + T - 1.
-  std::pair<at::Tensor, at::Tensor> rotary(std::int64_t start, std::int64_t T, const at::Device& device) const {
-    const at::Tensor positions =
-        at::arange(start, start + T, at::TensorOptions().dtype(at::kFloat).device(device));
-    const at::Tensor freqs = at::outer(positions, inv_freq_.to(device));
-    const at::Tensor angles = at::cat({freqs, freqs}, -1);
+    at::Tensor angles = at::cat({freqs, freqs}, -1);
+    if (positions.dim() == 2) angles = angles.unsqueeze(1);
     return {angles.cos(), angles.sin()};
   }
 

@@ -285,7 +285,7 @@ private:
 
   template <class Visit>
   void split_plain(std::string_view text, std::size_t offset, std::string_view whole, std::string_view source,
-                   Visit& visit, bool normalize = true) const {
+                   Visit& visit) const {
     if (text.empty()) return;
     std::vector<char32_t> cps;
     std::vector<std::size_t> starts;  // byte offset of each code point, and the end
@@ -298,10 +298,8 @@ private:
       starts.push_back(at);
     }
     starts.push_back(text.size());
-    if (normalize && vocabulary_.nfc) {  // valid UTF-8, as the loop above checked
-      const std::string composed = nfc(text);
-      if (composed != text) return split_plain(composed, 0, composed, source, visit, false);
-    }
+    if (vocabulary_.nfc)
+      if (const auto composed = nfc_if_changed(cps)) return split_plain(*composed, 0, *composed, source, visit);
     const auto word = [&](std::size_t a, std::size_t b) { visit(text.substr(starts[a], starts[b] - starts[a]), -1); };
     const auto word_end = [pre = vocabulary_.pre_tokenizer](const std::vector<char32_t>& all, std::size_t i,
                                                             std::size_t end) {

@@ -12,8 +12,11 @@
 ///   auto cps = ftopt::text::decode_utf8(bytes, "bbc/tech/001.txt");  // throws on bad UTF-8
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <unicode/uchar.h>
@@ -163,12 +166,12 @@ inline void append_nfd(std::vector<char32_t>& out, char32_t cp) {
   }
 }
 
-/// The NFC form of valid UTF-8 text (ICU's normalizer; text already in NFC comes back as it is).
-inline std::string nfc(std::string_view utf8) {
+/// The NFC form of code points `cps` as UTF-8, or nullopt where they are in NFC already (ICU's
+/// normalizer).
+inline std::optional<std::string> nfc_if_changed(std::span<const char32_t> cps) {
   UErrorCode status = U_ZERO_ERROR;
   static const UNormalizer2* composer = unorm2_getNFCInstance(&status);
   check(U_SUCCESS(status), "text: ICU has no NFC data (", u_errorName(status), ")");
-  std::vector<char32_t> cps = decode_utf8(utf8);
   std::u16string in;
   for (const char32_t cp : cps) {
     if (cp < 0x10000) {
@@ -181,7 +184,7 @@ inline std::string nfc(std::string_view utf8) {
   status = U_ZERO_ERROR;
   const auto* data = reinterpret_cast<const UChar*>(in.data());
   const auto length = static_cast<int32_t>(in.size());
-  if (unorm2_isNormalized(composer, data, length, &status) && U_SUCCESS(status)) return std::string(utf8);
+  if (unorm2_isNormalized(composer, data, length, &status) && U_SUCCESS(status)) return std::nullopt;
   status = U_ZERO_ERROR;
   std::u16string out(in.size() * 3 + 16, u'\0');
   const int32_t n = unorm2_normalize(composer, data, length, reinterpret_cast<UChar*>(out.data()),
@@ -194,6 +197,12 @@ inline std::string nfc(std::string_view utf8) {
     append_utf8(result, static_cast<char32_t>(c));
   }
   return result;
+}
+
+/// The NFC form of UTF-8 text (bad UTF-8 throws, as decode_utf8).
+inline std::string nfc(std::string_view utf8) {
+  auto composed = nfc_if_changed(decode_utf8(utf8));
+  return composed ? std::move(*composed) : std::string(utf8);
 }
 
 /// Sorts each run of combining marks of `cps` (canonical combining class > 0) by class, stably:
