@@ -171,7 +171,6 @@ void compare(benchmark::State& state, const std::string& case_name, bool has_att
   std::vector<std::function<double()>> turns = {[&] { return median_of(burst, ftopt_step); },
                                                 [&] { return median_of(burst, fused_step); }};
   std::vector<double> ftopt_s, fused_s, python_ms;
-  std::vector<std::string> python_attention;
   auto python_turn = [burst](PythonPeer* p) { return [p, burst] { return p->steps(burst); }; };
   if (rounds == 0) {
     for (auto& peer : peers) turns.push_back(python_turn(peer.get()));
@@ -360,6 +359,7 @@ void llama_bf16_lora(benchmark::State& state) {
           /*rounds=*/3);
   state.counters["peak_share"] = state.counters["ftopt_peak_MiB"] / state.counters["python_peak_MiB"];
 }
+
 /// Greedy decoding with SmolLM2-135M's architecture (random weights: a step's time does not
 /// depend on them), float32, batch 1: a prompt of 128 tokens, then 64 new ones (no stop token, so
 /// both sides make all 64). ftopt's models::generate (KV cache) against transformers'

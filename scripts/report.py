@@ -184,11 +184,17 @@ def render_python_peer_compile(machine, bench="python_peer"):
     return "\n".join(lines) + "\n"
 
 
-def render_python_peer_inference(machine):
-    data = load(machine, "python_peer")
-    e = by_case(data).get("vit_inference")
+def run_of(machine, bench, case):
+    """A result file's context and its run of `case`."""
+    data = load(machine, bench)
+    e = by_case(data).get(case)
     if e is None:
-        raise ReportError(f"benchmarks/results/{machine}/python_peer.json has no vit_inference")
+        raise ReportError(f"benchmarks/results/{machine}/{bench}.json has no {case}")
+    return data, e
+
+
+def render_python_peer_inference(machine):
+    data, e = run_of(machine, "python_peer", "vit_inference")
     lines = [f"Machine: {machine_line(data['context'])}.", "",
              "| ViT inference, batch 256 | ftopt | Python's fastest | Python / ftopt |", "|---|---|---|---|",
              f"| fp32 | {ms(e['ftopt_fp32_ms'])} | {ms(e['python_fp32_ms'])} | {ratio(e['fp32_x'])} |",
@@ -227,18 +233,9 @@ def render_readme_measured(which):
     return "\n".join(rows) + "\n"
 
 
-def llm_peer_case(machine, case):
-    """llm_peer.json's context and its run of `case`."""
-    data = load(machine, "llm_peer")
-    e = by_case(data).get(case)
-    if e is None:
-        raise ReportError(f"benchmarks/results/{machine}/llm_peer.json has no {case}")
-    return data, e
-
-
 def render_llm_peer_memory(machine):
     """The LLM step's memory: ftopt's tracked tensors against the growth of Python's resident set."""
-    data, e = llm_peer_case(machine, "llama_bf16_lora")
+    data, e = run_of(machine, "llm_peer", "llama_bf16_lora")
     return "\n".join([
         f"Machine: {machine_line(data['context'])}.", "",
         "| SmolLM2-135M, bf16 + LoRA, 8 x 256 tokens | peak MiB | share of Python's |", "|---|---|---|",
@@ -250,13 +247,15 @@ def render_llm_peer_memory(machine):
 
 def render_llm_peer_generate(machine):
     """Greedy decoding: ftopt's generate against transformers' generate."""
-    data, e = llm_peer_case(machine, "llama_generate")
+    data, e = run_of(machine, "llm_peer", "llama_generate")
+    tokens = round(e["ftopt_tokens_per_s"] * e["ftopt_ms"] / 1e3)  # the new tokens each side made
     return "\n".join([
         f"Machine: {machine_line(data['context'])}; Python: {data['context'].get('python', '?')}.", "",
-        "| SmolLM2-135M, fp32, greedy, 128-token prompt + 64 new tokens | ms | tokens/s |", "|---|---|---|",
+        f"| SmolLM2-135M, fp32, greedy, 128-token prompt + {tokens} new tokens | ms | tokens/s |", "|---|---|---|",
         f"| ftopt `models::generate` | {ms(e['ftopt_ms'])} | {e['ftopt_tokens_per_s']:.1f} |",
-        f"| transformers `generate`, sdpa | {ms(e['py_sdpa_ms'])} | {64 / (e['py_sdpa_ms'] / 1e3):.1f} |",
-        f"| transformers `generate`, eager attention | {ms(e['py_eager_ms'])} | {64 / (e['py_eager_ms'] / 1e3):.1f} |",
+        f"| transformers `generate`, sdpa | {ms(e['py_sdpa_ms'])} | {tokens / (e['py_sdpa_ms'] / 1e3):.1f} |",
+        f"| transformers `generate`, eager attention | {ms(e['py_eager_ms'])} | "
+        f"{tokens / (e['py_eager_ms'] / 1e3):.1f} |",
         f"| Python's faster / ftopt | **{ratio(e['generate_x'])}** | |"]) + "\n"
 
 

@@ -24,6 +24,7 @@
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/text/bert_tokenizer.hpp>
 
+#include "lora_adapter.hpp"
 #include "peer.hpp"
 
 namespace {
@@ -114,12 +115,7 @@ int main(int argc, char** argv) {
     {"lora-load", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 2) throw std::runtime_error("lora-load needs MODEL DIR");
        auto model = classifier_model(args[0], work);
-       peft::Lora lora(peft::lora_config(work / args[1]));
-       lora.validate();
-       lora.attach(*model);
-       const auto report = peft::load_adapter(*model, work / args[1]);
-       std::cout << "  ftopt loaded " << report.loaded << " adapter tensors into " << lora.branches().size()
-                 << " LoRA layers\n";
+       peer::load_peft_lora(*model, work / args[1]);
        weights::StateDict out;
        out.insert("logits", eval_logits(model, work));
        peer::save(work, args[1] + ".ftopt.safetensors", out);

@@ -53,12 +53,12 @@
 #include <ftopt/text/chat_template.hpp>
 #include <ftopt/weights/gguf.hpp>
 
+#include "lora_adapter.hpp"
 #include "peer.hpp"
 
 namespace {
 using namespace ftopt;
 
-/// The logits of the model (eval, no gradients) on input.safetensors (ids and attention mask).
 /// The seven projections PEFT users adapt in a Llama.
 const nn::NamePatterns seven = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 
@@ -66,6 +66,7 @@ models::Llama load_source(const std::filesystem::path& source) {
   return source.extension() == ".gguf" ? models::load_llama_gguf(source).model : models::load_llama(source).model;
 }
 
+/// The logits of the model (eval, no gradients) on input.safetensors (ids and attention mask).
 at::Tensor eval_logits(models::Llama& model, const std::filesystem::path& work) {
   model->eval();
   torch::NoGradGuard no_grad;
@@ -160,12 +161,7 @@ int main(int argc, char** argv) {
     {"lora-load", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 2) throw std::runtime_error("lora-load needs FOLDER DIR");
        auto model = models::load_llama(args[0]).model;
-       peft::Lora lora(peft::lora_config(work / args[1]));
-       lora.validate();
-       lora.attach(*model);
-       const auto report = peft::load_adapter(*model, work / args[1]);
-       std::cout << "  ftopt loaded " << report.loaded << " adapter tensors into " << lora.branches().size()
-                 << " LoRA layers\n";
+       peer::load_peft_lora(*model, work / args[1]);
        save_logits(model, work, args[1]);
      }},
     {"lora-save", [](const std::vector<std::string>& args, const std::filesystem::path& work) {

@@ -65,7 +65,6 @@ inline void perturb_trainable(torch::nn::Module& module, double amplitude = 0.05
     }
 }
 
-
 /// Reads a safetensors file of the work folder.
 inline weights::StateDict load(const std::filesystem::path& work, const std::string& name) {
   return weights::load_file(work / name);

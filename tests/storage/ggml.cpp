@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <array>
-#include <cstring>
 
 #include <torch/torch.h>
 
@@ -17,6 +16,14 @@
 using namespace ftopt;
 using Catch::Matchers::Contains;
 using storage::ggml::Type;
+using test::half_bytes;
+
+namespace {
+/// A byte string as the uint8 tensor dequantize reads.
+at::Tensor bytes_of(const std::string& s) {
+  return at::from_blob(const_cast<char*>(s.data()), {static_cast<std::int64_t>(s.size())}, at::kByte).clone();
+}
+} // namespace
 
 TEST_CASE("ggml: block layouts are ggml-common.h's", "[storage][gguf]") {
   struct Row {
@@ -42,10 +49,7 @@ TEST_CASE("ggml: Q4_1 rows dequantize on their own, in any order, to any float t
   for (int j = 0; j < 32; ++j) a[j] = j % 16, b[j] = 15 - j % 16;
   const std::string row0 = test::q4_1_block(0.5F, -4.0F, a) + test::q4_1_block(1.0F, 0.0F, b);
   const std::string row1 = test::q4_1_block(2.0F, 1.5F, b) + test::q4_1_block(0.125F, -1.0F, a);
-  auto tensor_of = [](const std::string& bytes) {
-    return at::from_blob(const_cast<char*>(bytes.data()), {static_cast<std::int64_t>(bytes.size())}, at::kByte).clone();
-  };
-  const at::Tensor w = storage::ggml::dequantize(tensor_of(row0 + row1), Type::Q4_1, {2, 64}, at::kFloat);
+  const at::Tensor w = storage::ggml::dequantize(bytes_of(row0 + row1), Type::Q4_1, {2, 64}, at::kFloat);
   // dequantize_row_q4_1: y = x * d + m, byte j's low nibble is value j, its high nibble value j + 16.
   for (int j = 0; j < 32; ++j) {
     CHECK(w[0][j].item<float>() == 0.5F * static_cast<float>(a[j]) - 4.0F);
@@ -53,9 +57,9 @@ TEST_CASE("ggml: Q4_1 rows dequantize on their own, in any order, to any float t
     CHECK(w[1][j].item<float>() == 2.0F * static_cast<float>(b[j]) + 1.5F);
     CHECK(w[1][32 + j].item<float>() == 0.125F * static_cast<float>(a[j]) - 1.0F);
   }
-  const at::Tensor swapped = storage::ggml::dequantize(tensor_of(row1 + row0), Type::Q4_1, {2, 64}, at::kFloat);
+  const at::Tensor swapped = storage::ggml::dequantize(bytes_of(row1 + row0), Type::Q4_1, {2, 64}, at::kFloat);
   CHECK(torch::equal(swapped, w.flip(0)));
-  const at::Tensor bf16 = storage::ggml::dequantize(tensor_of(row0 + row1), Type::Q4_1, {2, 64}, at::kBFloat16);
+  const at::Tensor bf16 = storage::ggml::dequantize(bytes_of(row0 + row1), Type::Q4_1, {2, 64}, at::kBFloat16);
   CHECK(bf16.scalar_type() == at::kBFloat16);
   CHECK(torch::equal(bf16, w.to(at::kBFloat16)));
 }
@@ -68,17 +72,6 @@ TEST_CASE("ggml: a type ftopt does not read, or bytes that do not fit the shape,
              Contains("144 bytes do not hold 64 values of type Q4_1"));
 }
 
-namespace {
-std::string half_bytes(float x) {
-  const c10::Half h(x);
-  std::string out(2, '\0');
-  std::memcpy(out.data(), &h.x, 2);
-  return out;
-}
-at::Tensor bytes_of(const std::string& s) {
-  return at::from_blob(const_cast<char*>(s.data()), {static_cast<std::int64_t>(s.size())}, at::kByte).clone();
-}
-} // namespace
 
 TEST_CASE("ggml: Q4_K's 6-bit scales and mins, and its nibbles, give d sc q - dmin m", "[storage][gguf]") {
   const float d = 0.5F, dmin = 0.25F;
