@@ -86,7 +86,7 @@ TEST_CASE("nn::Dropout: memory::Checkpoint's recompute draws the forward's masks
 }
 
 TEST_CASE("nn::dropout: element i's draw is lowbias32(lowbias32(i ^ seed_lo) ^ seed_hi)", "[nn][dropout]") {
-  // The hash written out here, independently of the kernel (its AVX2 lanes and its scalar tail).
+  // The hash written out here, independently of the kernel (its AVX-512 and AVX2 lanes, its scalar tail).
   auto lowbias32 = [](std::uint32_t x) {
     x ^= x >> 16;
     x *= 0x7FEB352DU;
@@ -95,7 +95,7 @@ TEST_CASE("nn::dropout: element i's draw is lowbias32(lowbias32(i ^ seed_lo) ^ s
     return x ^ (x >> 16);
   };
   for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble}) {
-    const std::int64_t n = 1003;  // 125 blocks of 8 and a tail of 3
+    const std::int64_t n = 1003;  // with AVX-512: 62 blocks of 16, one of 8 and a tail of 3
     const auto x = torch::ones({n}, dtype);
     torch::manual_seed(6);
     const auto seed = static_cast<std::uint64_t>(nn::detail::dropout_seed());

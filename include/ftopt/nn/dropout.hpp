@@ -8,8 +8,8 @@
 /// another on one thread, several ns per element; in a BERT step (dropout after the embeddings,
 /// on the attention weights, twice per layer, and on LoRA's input) that is half the step
 /// (bench_profile_step bf16 bert-lora). Here element i of a call is kept when a 32-bit hash of
-/// (seed, i) is at least p * 2^32, computed 8 elements at a time with AVX2 where the CPU has it
-/// (the same draws without); the seed is one draw from LibTorch's CPU generator per call,
+/// (seed, i) is at least p * 2^32, computed 16 elements at a time with AVX-512 or 8 with AVX2 where
+/// the CPU has them (the same draws without); the seed is one draw from LibTorch's CPU generator per call,
 /// so torch::manual_seed makes runs repeat, memory::Checkpoint's saved generator state replays the
 /// same masks, and the masks do not depend on the thread count. The mask is never stored: the
 /// backward hashes the same (seed, i) again. Where ftopt differs: the masks are not the ones
@@ -135,6 +135,69 @@ __attribute__((target("avx2"))) inline std::int64_t dropout_avx2_bf16(const std:
   return i;
 }
 
+inline bool dropout_avx512() {
+  static const bool available = __builtin_cpu_supports("avx512f");
+  return available;
+}
+
+/// Every lane: the masked forms of the shifts and conversions below, whose unmasked forms GCC 12
+/// warns about (an "uninitialized" placeholder inside its own intrinsics).
+inline constexpr __mmask16 all16 = 0xFFFF;
+
+/// mix32 on 16 lanes.
+__attribute__((target("avx512f"))) inline __m512i mix32x16(__m512i x) {
+  x = _mm512_xor_si512(x, _mm512_maskz_srli_epi32(all16, x, 16));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0x7FEB352DU)));
+  x = _mm512_xor_si512(x, _mm512_maskz_srli_epi32(all16, x, 15));
+  x = _mm512_mullo_epi32(x, _mm512_set1_epi32(static_cast<int>(0x846CA68BU)));
+  return _mm512_xor_si512(x, _mm512_maskz_srli_epi32(all16, x, 16));
+}
+
+/// The lanes of indices low .. low + 15 that are kept: their draw (DropoutKey::bits) >= threshold.
+__attribute__((target("avx512f"))) inline __mmask16 dropout_kept16(const DropoutKey& key, std::uint32_t low,
+                                                                   std::uint32_t threshold) {
+  __m512i x = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(low)),
+                               _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  x = mix32x16(_mm512_xor_si512(x, _mm512_set1_epi32(static_cast<int>(key.first))));
+  x = mix32x16(_mm512_xor_si512(x, _mm512_set1_epi32(static_cast<int>(key.second))));
+  return _mm512_cmp_epu32_mask(x, _mm512_set1_epi32(static_cast<int>(threshold)), _MM_CMPINT_NLT);
+}
+
+/// The AVX2 kernels' work 16 elements at a time with AVX-512 (the same draws, the same rounding).
+__attribute__((target("avx512f"))) inline std::int64_t dropout_avx512_float(const float* x, float* y,
+                                                                           std::int64_t begin, std::int64_t end,
+                                                                           const DropoutKey& key,
+                                                                           std::uint32_t threshold, float scale) {
+  const __m512 s = _mm512_set1_ps(scale);
+  std::int64_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    // scale, or 0 where dropped: multiplied, not masked, so a dropped NaN stays NaN
+    const __m512 factor = _mm512_maskz_mov_ps(dropout_kept16(key, static_cast<std::uint32_t>(i), threshold), s);
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), factor));
+  }
+  return i;
+}
+
+__attribute__((target("avx512f"))) inline std::int64_t dropout_avx512_bf16(const std::uint16_t* x, std::uint16_t* y,
+                                                                          std::int64_t begin, std::int64_t end,
+                                                                          const DropoutKey& key,
+                                                                          std::uint32_t threshold, float scale) {
+  const __m512 s = _mm512_set1_ps(scale);
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7FFF), nan = _mm512_set1_epi32(0x7FC0);
+  std::int64_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    const __m512 factor = _mm512_maskz_mov_ps(dropout_kept16(key, static_cast<std::uint32_t>(i), threshold), s);
+    const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    const __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_maskz_slli_epi32(all16, _mm512_maskz_cvtepu16_epi32(all16, packed), 16)), factor);
+    const __m512i u = _mm512_castps_si512(v);
+    __m512i r = _mm512_maskz_srli_epi32(all16, _mm512_add_epi32(_mm512_add_epi32(u, bias),
+                                                   _mm512_and_si512(_mm512_maskz_srli_epi32(all16, u, 16), one)), 16);
+    r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), nan);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_maskz_cvtepi32_epi16(all16, r));
+  }
+  return i;
+}
+
 /// out[i] = in[i] * (keep(i) ? scale : 0), keep(i) when element i's 32-bit draw is >= threshold.
 /// `in` and `out` contiguous, of one floating type. The draws depend on (seed, i) only: the same
 /// on every thread count and with or without AVX2.
@@ -154,7 +217,16 @@ inline void apply_dropout_mask(const at::Tensor& in, at::Tensor& out, std::uint6
         const std::uint64_t high = static_cast<std::uint64_t>(i) >> 32;
         const std::int64_t stop = std::min<std::int64_t>(end, static_cast<std::int64_t>((high + 1) << 32));
         const DropoutKey key(seed, high);
-        if (dropout_avx2()) {  // (scalar_t is an alias here, not a template parameter: both branches compile)
+        // (scalar_t is an alias here, not a template parameter: every branch compiles)
+        if (dropout_avx512()) {
+          if constexpr (std::is_same_v<scalar_t, float>)
+            i = dropout_avx512_float(reinterpret_cast<const float*>(x), reinterpret_cast<float*>(y), i, stop, key,
+                                     threshold, s);
+          else if constexpr (std::is_same_v<scalar_t, at::BFloat16>)
+            i = dropout_avx512_bf16(reinterpret_cast<const std::uint16_t*>(x), reinterpret_cast<std::uint16_t*>(y), i,
+                                    stop, key, threshold, s);
+        }
+        if (dropout_avx2()) {
           if constexpr (std::is_same_v<scalar_t, float>)
             i = dropout_avx2_float(reinterpret_cast<const float*>(x), reinterpret_cast<float*>(y), i, stop, key,
                                    threshold, s);
