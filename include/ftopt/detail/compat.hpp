@@ -166,8 +166,27 @@ inline at::Tensor attention_written_out(const at::Tensor& q, const at::Tensor& k
                                         const std::optional<at::Tensor>& mask, double dropout_p,
                                         bool is_causal, bool batched_matmul = true) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  at::Tensor scores = ftopt::detail::batched_matmul(q, k.transpose(-2, -1), batched_matmul).mul(scale);
-  if (is_causal) {
+  const std::int64_t L = q.size(-2), S = k.size(-2);
+  const bool small_kernel = batched_matmul && ftopt::detail::batched_matmul_applies(q, k.transpose(-2, -1));
+  const bool causal_in_product = is_causal && !mask && !small_kernel && q.dim() >= 3 &&
+                                 q.sizes().slice(0, q.dim() - 2) == k.sizes().slice(0, k.dim() - 2);
+  at::Tensor scores;
+  if (causal_in_product) {
+    // Causal, no other mask: the scale and the mask inside the product, scores = bias + scale q k^T
+    // with bias -inf above the diagonal (one GEMM call where a product, a scaling and a masked_fill
+    // were three passes over [L, S], and their backwards two more: softmax's gradient is already 0
+    // where the weights are).
+    const at::Tensor bias = at::zeros({L, S}, q.options()).masked_fill_(
+        at::ones({L, S}, q.options().dtype(at::kBool)).triu(1), -std::numeric_limits<double>::infinity());
+    auto shape = q.sizes().vec();
+    shape.back() = S;
+    scores = at::baddbmm(bias, q.reshape({-1, L, q.size(-1)}), k.reshape({-1, S, k.size(-1)}).transpose(1, 2), 1.0,
+                         scale)
+                 .view(shape);
+  } else {
+    scores = ftopt::detail::batched_matmul(q, k.transpose(-2, -1), batched_matmul).mul(scale);
+  }
+  if (is_causal && !causal_in_product) {
     auto allowed = at::ones({q.size(-2), k.size(-2)}, q.options().dtype(at::kBool)).tril();
     scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
   }
