@@ -36,6 +36,18 @@ inline void skip(const std::string& why) { WARN("SKIPPED: " << why); }
 inline std::filesystem::path fixture(const std::string& name) { return std::filesystem::path(FTOPT_FIXTURES) / name; }
 #endif
 
+/// ATen's intra-op thread count set for a scope, restored after it.
+class ThreadsGuard {
+public:
+  explicit ThreadsGuard(int threads) : previous_(at::get_num_threads()) { at::set_num_threads(threads); }
+  ~ThreadsGuard() { at::set_num_threads(previous_); }
+  ThreadsGuard(const ThreadsGuard&) = delete;
+  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
+
+private:
+  int previous_;
+};
+
 /// The names of a module's state dict, in order.
 inline std::vector<std::string> state_dict_names(const torch::nn::Module& module) {
   std::vector<std::string> out;

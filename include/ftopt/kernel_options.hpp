@@ -28,6 +28,9 @@ struct KernelOptions {
   /// Written-out attention's small float32 products through ftopt's AVX2/FMA kernel
   /// (detail::batched_matmul). Off: at::matmul.
   bool batched_matmul = true;
+  /// RMSNorm and rotary embeddings through ftopt's fused CPU kernels (nn::rms_norm,
+  /// nn::apply_rotary). Off: the ops as transformers writes them.
+  bool row_kernels = true;
 };
 
 } // namespace ftopt

@@ -39,6 +39,7 @@
 #include <ftopt/nn/checkpoint.hpp>
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/nn/rms_norm.hpp>
+#include <ftopt/nn/rotary.hpp>
 #include <ftopt/nn/shared_input_linears.hpp>
 
 namespace ftopt::models {
@@ -111,13 +112,6 @@ inline at::Tensor rope_inverse_frequencies(const LlamaOptions& o) {
   return at::where(medium, smoothed, scaled);
 }
 
-/// x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1) over the two halves of the last dim.
-inline at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const auto half = x.size(-1) / 2;
-  const at::Tensor rotated = at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
-}
-
 /// The keys and values of the tokens a Llama has seen, per layer, for generation: each step
 /// runs only the new tokens (LlamaImpl::forward_cached). Keys are stored after their rotation.
 struct LlamaKvCache {
@@ -151,8 +145,8 @@ struct LlamaAttentionImpl : torch::nn::Module {
     const auto B = x.size(0), T = x.size(1);
     auto [q, k, v] = nn::shared_input_linears<3>({q_proj.get(), k_proj.get(), v_proj.get()}, x, kernel.shared_input);
     auto split = [&](const at::Tensor& t, std::int64_t n) { return t.view({B, T, n, head_dim}).transpose(1, 2); };
-    at::Tensor qh = apply_rotary(split(q, heads), cos.to(q.scalar_type()), sin.to(q.scalar_type()));
-    at::Tensor kh = apply_rotary(split(k, kv_heads), cos.to(k.scalar_type()), sin.to(k.scalar_type()));
+    at::Tensor qh = nn::apply_rotary(split(q, heads), cos, sin, kernel.row_kernels);
+    at::Tensor kh = nn::apply_rotary(split(k, kv_heads), cos, sin, kernel.row_kernels);
     at::Tensor vh = split(v, kv_heads);
     bool causal = !mask.defined();
     if (cache != nullptr) {
@@ -206,8 +200,9 @@ TORCH_MODULE(LlamaMlp);
 struct LlamaDecoderLayerImpl : torch::nn::Module {
   explicit LlamaDecoderLayerImpl(const LlamaOptions& o)
       : self_attn(register_module("self_attn", LlamaAttention(o))), mlp(register_module("mlp", LlamaMlp(o))),
-        input_layernorm(register_module("input_layernorm", nn::RmsNorm(o.hidden, o.rms_norm_eps))),
-        post_attention_layernorm(register_module("post_attention_layernorm", nn::RmsNorm(o.hidden, o.rms_norm_eps))) {}
+        input_layernorm(register_module("input_layernorm", nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels))),
+        post_attention_layernorm(register_module("post_attention_layernorm",
+                                                 nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels))) {}
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask, LlamaKvCache* cache = nullptr, std::size_t layer = 0) {
     at::Tensor h = self_attn->forward(input_layernorm(x), cos, sin, mask, cache, layer);
@@ -226,7 +221,8 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
   explicit LlamaModelImpl(const LlamaOptions& o)
       : embed_tokens(register_module("embed_tokens", torch::nn::Embedding(o.vocab_size, o.hidden))),
         layers(register_module("layers", torch::nn::ModuleList())),
-        norm(register_module("norm", nn::RmsNorm(o.hidden, o.rms_norm_eps))), inv_freq_(rope_inverse_frequencies(o)) {
+        norm(register_module("norm", nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels))),
+        inv_freq_(rope_inverse_frequencies(o)) {
     for (std::int64_t i = 0; i < o.layers; ++i) layers->push_back(LlamaDecoderLayer(o));
   }
 
