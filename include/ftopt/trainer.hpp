@@ -12,7 +12,7 @@
 ///   trainer.finalize(model);                                  // merge adapters, quantize
 ///
 /// One micro-batch (train_step), fully specialized:
-///   precision scope { out = memory.forward(model, x) }; loss = loss_fn(precision.loss_input(out), y)
+///   precision scope { out = memory.forward(model, x); loss = loss_fn(precision.loss_input(out), y) }
 ///   parallel.before_backward; precision.backward(loss / accumulation); parallel.after_backward
 ///   on the last micro-batch of a window: precision.unscale; clip; lr schedule;
 ///   precision.step; precision.update; gradients set to none.
@@ -162,11 +162,15 @@ public:
     const bool sync = ends_epoch || micro_ + 1 == accumulation;
 
     parallel_.before_forward(sync);
-    const torch::Tensor output = [&] {
+    // The loss inside the forward's autocast scope, as Lightning's training_step computes it: a loss
+    // that holds a layer (loss::fused_causal_lm's LM head) runs it in the forward's precision, and
+    // autocast keeps the losses themselves in float32.
+    auto [output, loss] = [&] {
       [[maybe_unused]] auto scope = precision_.forward_scope();
-      return memory_.forward(model, input);
+      torch::Tensor out = memory_.forward(model, input);
+      torch::Tensor value = options_.loss(precision_.loss_input(out), target);
+      return std::pair{std::move(out), std::move(value)};
     }();
-    torch::Tensor loss = options_.loss(precision_.loss_input(output), target);
     // A loss-scaling policy skips non-finite steps itself (and counts them).
     if constexpr (!rules::skips_non_finite_steps<Precision>)
       if (options_.on_non_finite_loss == NonFiniteLoss::Error) check_finite(loss);

@@ -28,7 +28,7 @@ TEST_CASE("causal_lm: logit t predicts label t + 1, -100 is ignored, the mean is
              Contains("logits [2, 4, 6] do not match labels [2, 3]"));
 }
 
-TEST_CASE("linear_cross_entropy: the loss and gradients of materialized logits, chunk by chunk", "[loss]") {
+TEST_CASE("linear_cross_entropy: the loss and gradients of materialized logits, tile by tile", "[loss]") {
   const auto h0 = torch::randn({11, 8}), w0 = torch::randn({30, 8}) * 0.5;
   auto labels = torch::randint(0, 30, {11}, torch::kLong);
   labels[2] = labels[7] = -100;
@@ -44,6 +44,26 @@ TEST_CASE("linear_cross_entropy: the loss and gradients of materialized logits, 
     (got * 3).backward();
     CHECK(torch::allclose(h.grad(), h_ref.grad(), 1e-5, 1e-6));
     CHECK(torch::allclose(w.grad(), w_ref.grad(), 1e-5, 1e-6));
+  }
+  {
+    // More rows than one pass over the weight takes, and the vocabulary in tiles of 1 to 7 columns.
+    const std::int64_t N = 2 * loss::detail::rows_per_pass + 37;
+    const auto hn = torch::randn({N, 4}), wn = torch::randn({7, 4});
+    auto yn = torch::randint(0, 7, {N}, torch::kLong);
+    yn.slice(0, 100, 2100).fill_(-100);
+    auto hn_ref = hn.clone().requires_grad_(true), wn_ref = wn.clone().requires_grad_(true);
+    const auto expected = torch::nn::functional::cross_entropy(
+        torch::matmul(hn_ref, wn_ref.t()), yn, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+    expected.backward();
+    for (const std::int64_t chunk : {1, 900, 4096}) {
+      INFO("chunk " << chunk);
+      auto h = hn.clone().requires_grad_(true), w = wn.clone().requires_grad_(true);
+      const auto got = loss::linear_cross_entropy(h, w, yn, chunk);
+      CHECK(got.item<double>() == Approx(expected.item<double>()).epsilon(1e-5));
+      got.backward();
+      CHECK(torch::allclose(h.grad(), hn_ref.grad(), 1e-4, 1e-7));
+      CHECK(torch::allclose(w.grad(), wn_ref.grad(), 1e-4, 1e-6));
+    }
   }
   // A frozen head (tied embeddings under LoRA) gets no gradient and costs none.
   auto h = h0.clone().requires_grad_(true);

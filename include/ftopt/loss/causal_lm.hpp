@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -55,36 +56,72 @@ inline at::Tensor causal_lm(const at::Tensor& logits, const at::Tensor& labels) 
 }
 
 namespace detail {
-/// Forward: the loss and every gradient, chunk by chunk; backward: those gradients times the
+
+/// Rows of hidden states that share one pass over the head's weight (linear_cross_entropy).
+inline constexpr std::int64_t rows_per_pass = 2048;
+
+/// Forward: the loss and every gradient, tile by tile; backward: those gradients times the
 /// loss's incoming gradient.
+///
+/// The rows go through in passes of up to rows_per_pass; each pass reads the weight in tiles of
+/// `columns` vocabulary rows, so each GEMM multiplies all the pass's rows by one tile, and the
+/// weight is read (and packed by the GEMM) once per pass rather than once per few rows. A first
+/// sweep over the tiles gathers each row's log-sum-exp (combined tile by tile) and its label's
+/// logit; a second computes each tile's logits again and turns them into the gradient
+/// (softmax - onehot): three GEMMs where the logits kept whole would take two, each as fast as one
+/// over the whole weight.
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& labels, std::int64_t chunk, at::ScalarType compute) {
     const auto guard = ftopt::detail::no_autocast();
     const at::Tensor h = hidden.to(compute), w = weight.to(compute);
-    const auto N = h.size(0);
+    const auto N = h.size(0), V = w.size(0);
     const at::Tensor kept = labels.ne(ignore_index);
     const std::int64_t count = kept.sum().item<std::int64_t>();
     const double scale = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
     const bool want_h = hidden.requires_grad(), want_w = weight.requires_grad();
-    at::Tensor grad_h = want_h ? at::zeros_like(h) : at::Tensor();
+    at::Tensor grad_h = want_h ? at::empty_like(h) : at::Tensor();
     at::Tensor grad_w = want_w ? at::zeros(w.sizes(), w.options().dtype(at::kFloat)) : at::Tensor();
     at::Tensor total = at::zeros({}, h.options().dtype(at::kFloat));
-    for (std::int64_t start = 0; start < N; start += chunk) {
-      const auto n = std::min(chunk, N - start);
+    const auto pass = std::min(N, std::max(chunk, rows_per_pass));
+    for (std::int64_t start = 0; start < N; start += pass) {
+      const auto n = std::min(pass, N - start);
+      // At most chunk * V float32 logits alive: the tile's width.
+      const auto columns = std::clamp<std::int64_t>(chunk * V / n, 1, V);
       const at::Tensor hc = h.narrow(0, start, n), yc = labels.narrow(0, start, n), kc = kept.narrow(0, start, n);
-      // log-softmax of the chunk's logits in float32, formed from the product in one pass: the
-      // only [n, V] tensor alive, and it becomes the gradient in place.
-      at::Tensor g = at::log_softmax(at::matmul(hc, w.t()), 1, at::kFloat);
-      const at::Tensor safe = yc.masked_fill(kc.logical_not(), 0);
-      total -= (g.gather(1, safe.unsqueeze(1)).squeeze(1) * kc).sum();
+      auto tile_logits = [&](std::int64_t first, std::int64_t width) {
+        return at::matmul(hc, w.narrow(0, first, width).t()).to(at::kFloat);
+      };
+      // The label's column within a tile, and whether the label is in it.
+      auto label_in = [&](std::int64_t first, std::int64_t width) {
+        return std::pair{(yc - first).clamp(0, width - 1).unsqueeze(1),
+                         kc.logical_and(yc.ge(first)).logical_and(yc.lt(first + width))};
+      };
+      at::Tensor lse = at::full({n}, -std::numeric_limits<float>::infinity(), h.options().dtype(at::kFloat));
+      at::Tensor label_logit = at::zeros({n}, lse.options());
+      for (std::int64_t first = 0; first < V; first += columns) {
+        const auto width = std::min(columns, V - first);
+        const at::Tensor logits = tile_logits(first, width);
+        lse = at::logaddexp(lse, at::logsumexp(logits, 1));
+        const auto [column, in] = label_in(first, width);
+        label_logit += logits.gather(1, column).squeeze(1) * in;
+      }
+      total += ((lse - label_logit) * kc).sum();
       if (!want_h && !want_w) continue;
       // d loss / d logits = (softmax - onehot) / count on kept rows, 0 elsewhere; the row scale is
-      // applied to the [n, H] and [V, H] products, not to the [n, V] one.
-      g.exp_().scatter_add_(1, safe.unsqueeze(1), at::full({n, 1}, -1.0, g.options()));
+      // applied to the [n, H] products, not to the [n, V] ones.
       const at::Tensor rows = (kc.to(at::kFloat) * scale).unsqueeze(1);
-      if (want_h) grad_h.narrow(0, start, n).copy_(at::matmul(g.to(compute), w).mul_(rows.to(compute)));
-      if (want_w) grad_w.addmm_(g.t(), hc.to(at::kFloat).mul(rows));
+      at::Tensor sum_h = want_h ? at::zeros({n, h.size(1)}, lse.options()) : at::Tensor();
+      const at::Tensor scaled_h = want_w ? hc.to(at::kFloat).mul(rows) : at::Tensor();
+      for (std::int64_t first = 0; first < V; first += columns) {
+        const auto width = std::min(columns, V - first);
+        at::Tensor g = tile_logits(first, width).sub_(lse.unsqueeze(1)).exp_();
+        const auto [column, in] = label_in(first, width);
+        g.scatter_add_(1, column, in.to(at::kFloat).neg().unsqueeze(1));
+        if (want_h) sum_h.add_(at::matmul(g.to(compute), w.narrow(0, first, width)));
+        if (want_w) grad_w.narrow(0, first, width).addmm_(g.t(), scaled_h);
+      }
+      if (want_h) grad_h.narrow(0, start, n).copy_(sum_h.mul_(rows));
     }
     ctx->save_for_backward({grad_h, grad_w});
     ctx->saved_data["hidden_dtype"] = static_cast<std::int64_t>(hidden.scalar_type());

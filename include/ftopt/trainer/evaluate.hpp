@@ -28,12 +28,13 @@ EvalStats evaluate(M& model, R& batches, const Precision& precision, const LossF
   for (auto&& batch : batches) {
     const torch::Tensor input = policy_input(precision, on_device(input_of(batch), device));
     const torch::Tensor target = on_device(target_of(batch), device);
-    torch::Tensor output;
+    torch::Tensor output, value;
     {
-      [[maybe_unused]] auto scope = precision.forward_scope();
+      [[maybe_unused]] auto scope = precision.forward_scope();  // the loss inside it, as in training
       output = model->forward(input);
+      value = loss(precision.loss_input(output), target);
     }
-    meter.add(loss(precision.loss_input(output), target), output, target);
+    meter.add(value, output, target);
   }
   auto totals = meter.reduced(reduce_sum);
   return {totals.samples, totals.mean_loss(), totals.accuracy(), detail::seconds_since(start)};
