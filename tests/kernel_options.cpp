@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <ftopt.hpp>
+#include <ftopt/models/llama.hpp>
 
 #include "support.hpp"
 
@@ -92,5 +93,36 @@ TEST_CASE("A PEFT policy's KernelOptions choose the adapter kernel or PEFT's for
     lora.attach(*vit);
     peft::set_kernel(*vit, {.merged_weight = false});
     for (const auto& [name, branch] : lora.branches()) CHECK_FALSE(branch->kernel().merged_weight);
+  }
+}
+
+TEST_CASE("A Llama's row kernels (RMSNorm, rotary) give the ops' values and gradients, under bf16 autocast too",
+          "[kernel_options][llama]") {
+  const auto ids = torch::randint(0, 50, {2, 9});
+  for (const bool bf16 : {false, true}) {
+    INFO((bf16 ? "bf16 autocast" : "float32"));
+    std::vector<torch::Tensor> runs[2];
+    for (const bool row_kernels : {false, true}) {
+      torch::manual_seed(43);
+      models::Llama llama({.vocab_size = 50, .hidden = 32, .intermediate = 40, .layers = 2, .heads = 4, .kv_heads = 2,
+                           .kernel = {.row_kernels = row_kernels}});
+      torch::Tensor logits;
+      {
+        compat::AutocastScope autocast(torch::kCPU, torch::kBFloat16, bf16);
+        logits = llama(ids);
+      }
+      torch::manual_seed(3);
+      (logits.to(torch::kFloat) * torch::randn(logits.sizes())).sum().backward();
+      runs[row_kernels].push_back(logits.detach().to(torch::kFloat));
+      for (auto& p : llama->parameters()) runs[row_kernels].push_back(p.grad());
+    }
+    // float32: the same to rounding; bf16: RMSNorm's float32 output may round to the other bf16
+    // neighbour, so the difference is relative to each tensor's size, within bf16's 2^-8.
+    REQUIRE(runs[0].size() == runs[1].size());
+    for (std::size_t i = 0; i < runs[0].size(); ++i) {
+      CAPTURE(i);
+      CHECK((runs[1][i] - runs[0][i]).norm().item<double>() <=
+            (bf16 ? 1e-2 : 1e-5) * runs[0][i].norm().item<double>() + 1e-6);
+    }
   }
 }

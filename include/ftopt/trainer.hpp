@@ -12,7 +12,8 @@
 ///   trainer.finalize(model);                                  // merge adapters, quantize
 ///
 /// One micro-batch (train_step), fully specialized:
-///   precision scope { out = memory.forward(model, x); loss = loss_fn(precision.loss_input(out), y) }
+///   precision scope { out = memory.forward(model, x); loss = loss_fn(precision.loss_input(out), y) } (the
+///     loss after the scope on LibTorch 1.13: compat::loss_in_autocast)
 ///   parallel.before_backward; precision.backward(loss / accumulation); parallel.after_backward
 ///   on the last micro-batch of a window: precision.unscale; clip; lr schedule;
 ///   precision.step; precision.update; gradients set to none.
@@ -31,6 +32,7 @@
 #include <ftopt/batch.hpp>
 #include <ftopt/callbacks/callback.hpp>
 #include <ftopt/detail/clock.hpp>
+#include <ftopt/detail/compat.hpp>
 #include <ftopt/detail/phase.hpp>
 #include <ftopt/detail/slot_checks.hpp>
 #include <ftopt/error.hpp>
@@ -162,15 +164,14 @@ public:
     const bool sync = ends_epoch || micro_ + 1 == accumulation;
 
     parallel_.before_forward(sync);
-    // The loss inside the forward's autocast scope, as Lightning's training_step computes it: a loss
-    // that holds a layer (loss::fused_causal_lm's LM head) runs it in the forward's precision, and
-    // autocast keeps the losses themselves in float32.
-    auto [output, loss] = [&] {
+    torch::Tensor output, loss;
+    {
       [[maybe_unused]] auto scope = precision_.forward_scope();
-      torch::Tensor out = memory_.forward(model, input);
-      torch::Tensor value = options_.loss(precision_.loss_input(out), target);
-      return std::pair{std::move(out), std::move(value)};
-    }();
+      output = memory_.forward(model, input);
+      // Inside the scope on LibTorch 2.x, after it on 1.13 (compat::loss_in_autocast).
+      if constexpr (compat::loss_in_autocast) loss = options_.loss(precision_.loss_input(output), target);
+    }
+    if constexpr (!compat::loss_in_autocast) loss = options_.loss(precision_.loss_input(output), target);
     // A loss-scaling policy skips non-finite steps itself (and counts them).
     if constexpr (!rules::skips_non_finite_steps<Precision>)
       if (options_.on_non_finite_loss == NonFiniteLoss::Error) check_finite(loss);

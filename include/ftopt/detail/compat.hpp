@@ -100,6 +100,13 @@ inline at::ScalarType autocast_dtype(c10::DeviceType device) {
 #endif
 }
 
+/// Whether the Trainer computes the loss inside the forward's autocast scope, as Lightning's
+/// training_step does, so that a loss holding a layer (loss::fused_causal_lm's LM head) runs it in
+/// the forward's precision: on LibTorch 2.x, whose autocast keeps losses, softmax and log_softmax
+/// in float32. 1.13's CPU autocast runs log_softmax in bf16, so there the loss runs after the
+/// scope closes, in float32 throughout.
+inline constexpr bool loss_in_autocast = FTOPT_TORCH_AT_LEAST(2, 0);
+
 /// Turns autocast on or off for a device type, casting to `dtype`.
 inline void set_autocast(c10::DeviceType device, bool enabled, at::ScalarType dtype) {
 #if FTOPT_TORCH_AT_LEAST(2, 4)

@@ -9,6 +9,7 @@
 
 #include <ftopt/batch.hpp>
 #include <ftopt/detail/clock.hpp>
+#include <ftopt/detail/compat.hpp>
 #include <ftopt/detail/eval_scope.hpp>
 #include <ftopt/detail/meter.hpp>
 #include <ftopt/model.hpp>
@@ -30,10 +31,11 @@ EvalStats evaluate(M& model, R& batches, const Precision& precision, const LossF
     const torch::Tensor target = on_device(target_of(batch), device);
     torch::Tensor output, value;
     {
-      [[maybe_unused]] auto scope = precision.forward_scope();  // the loss inside it, as in training
+      [[maybe_unused]] auto scope = precision.forward_scope();
       output = model->forward(input);
-      value = loss(precision.loss_input(output), target);
+      if constexpr (compat::loss_in_autocast) value = loss(precision.loss_input(output), target);  // as in training
     }
+    if constexpr (!compat::loss_in_autocast) value = loss(precision.loss_input(output), target);
     meter.add(value, output, target);
   }
   auto totals = meter.reduced(reduce_sum);
