@@ -226,7 +226,16 @@ LlmRow train_llm(std::string setup, const std::string& name, ftopt::TrainerOptio
                  bool fused) {
   if (!selection.wants(setup)) return {};
   std::cerr << "\n== " << setup << '\n';
-  auto model = ftopt::models::load_llama_gguf(task.gguf).model;
+  // QLoRA takes its bases as the file holds them: the GGUF's Q4_1 blocks, never dequantized.
+  auto model = [&] {
+    if constexpr (requires { peft.use_packed({}); }) {
+      auto loaded = ftopt::models::load_llama_gguf_packed(task.gguf, llm_lora_options().targets);
+      peft.use_packed(std::move(loaded.packed));
+      return loaded.model;
+    } else {
+      return ftopt::models::load_llama_gguf(task.gguf).model;
+    }
+  }();
   model->output_hidden = fused;
   if (fused) options.loss = ftopt::loss::fused_causal_lm([m = model.ptr()] { return m->head_weight(); });
   else options.loss = ftopt::loss::causal_lm;

@@ -5,13 +5,17 @@
 // The real SmolLM2 GGUF and transformers-written folders: tests/peer/llama.py.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <set>
 
 #include <torch/torch.h>
 
 #include <ftopt/json.hpp>
 #include <ftopt/models/llama_pretrained.hpp>
 #include <ftopt/peft/lora.hpp>
+#include <ftopt/peft/qlora.hpp>
 #include <ftopt/weights/safetensors.hpp>
 
 #include "../support.hpp"
@@ -36,7 +40,9 @@ at::Tensor converter_permute(const at::Tensor& w, std::int64_t n_head) {
 }
 
 /// The model as llama.cpp's converter writes it (float32 tensors, GGUF names).
-test::GgufBuilder gguf_of(models::Llama& model, const std::string& arch, const std::string& leave_out = "") {
+/// `q4_1`: the modules ("self_attn.q_proj", ...) whose weights it writes in Q4_1 blocks.
+test::GgufBuilder gguf_of(models::Llama& model, const std::string& arch, const std::string& leave_out = "",
+                          const std::set<std::string>& q4_1 = {}) {
   const auto& o = model->options();
   test::GgufBuilder g;
   g.string("general.architecture", arch)
@@ -67,7 +73,17 @@ test::GgufBuilder gguf_of(models::Llama& model, const std::string& arch, const s
       if (arch == "llama" && module == "self_attn.q_proj") w = converter_permute(w, o.heads);
       if (arch == "llama" && module == "self_attn.k_proj") w = converter_permute(w, o.kv_heads);
     }
-    if (leave_out.empty() || !out.starts_with(leave_out)) g.f32_tensor(out, w);
+    if (!leave_out.empty() && out.starts_with(leave_out)) continue;
+    const auto dot = name.rfind('.');
+    const auto module = name.substr(0, dot);
+    if (name.substr(dot) == ".weight" &&
+        std::ranges::any_of(q4_1, [&](const std::string& m) { return module.ends_with("." + m); })) {
+      const auto blocks = storage::Q4_1().quantize(w).data;
+      g.tensor(out, w.sizes().vec(), storage::ggml::Type::Q4_1,
+               std::string(static_cast<const char*>(blocks.data_ptr()), blocks.nbytes()));
+    } else {
+      g.f32_tensor(out, w);
+    }
   }
   return g;
 }
@@ -97,6 +113,112 @@ TEST_CASE("Llama from GGUF: llama's permuted q/k rows and qwen2's biases load ba
     const auto ids = torch::randint(0, 48, {1, 5}, torch::kLong);
     CHECK(torch::equal(loaded(ids), original(ids)));
   }
+}
+
+TEST_CASE("Llama from GGUF for QLoRA: the file's Q4_1 blocks become the bases as they are", "[models][llama][gguf]") {
+  const test::ScratchDir scratch("llama-gguf-packed");
+  const auto path = scratch.path / "q4_1.gguf";
+  models::Llama original({.vocab_size = 48, .hidden = 64, .intermediate = 96, .layers = 2, .heads = 4, .kv_heads = 2,
+                          .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 50000.0});
+  randomize(original);
+  gguf_of(original, "llama", "", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.down_proj"})
+      .write(path);
+  const nn::NamePatterns targets = {"q_proj", "k_proj", "down_proj"};
+  auto [full, full_report] = models::load_llama_gguf(path);
+  auto [model, report, packed] = models::load_llama_gguf_packed(path, targets);
+  // The targets' Q4_1 weights, and no others (v_proj is Q4_1 but not a target): their values are
+  // the dequantized load's, q's and k's rows back in Hugging Face's order, and their float
+  // weights are empty.
+  REQUIRE(packed.size() == 6);
+  const auto dequantized = full->named_parameters();
+  const auto kept = model->named_parameters();
+  for (const auto& [name, weight] : packed) {
+    INFO(name);
+    CHECK((name.find("q_proj") != std::string::npos || name.find("k_proj") != std::string::npos ||
+           name.find("down_proj") != std::string::npos));
+    CHECK(torch::equal(storage::Q4_1::dequantize(weight, at::kFloat), dequantized[name]));
+    CHECK(kept[name].numel() == 0);
+  }
+  CHECK(kept["model.layers.1.self_attn.v_proj.weight"].numel() == 64 * 32);
+  CHECK(report.missing.size() == 6);
+  // QLoRA over the given blocks is QLoRA over the dequantized base packed again: the same bytes
+  // (quantizing Q4_1's values gives its blocks back), the same logits.
+  using QLora = peft::QLora<storage::Q4_1>;
+  QLora given({.r = 4, .targets = targets}), requantized({.r = 4, .targets = targets});
+  given.use_packed(packed);
+  given.attach(*model);
+  requantized.attach(*full);
+  REQUIRE(given.bases().size() == requantized.bases().size());
+  for (std::size_t i = 0; i < given.bases().size(); ++i)
+    CHECK(torch::equal(given.bases()[i].second->packed().data, requantized.bases()[i].second->packed().data));
+  torch::NoGradGuard no_grad;
+  const auto ids = torch::randint(0, 48, {2, 7}, torch::kLong);
+  CHECK(torch::allclose(model(ids), full(ids), 1e-5, 1e-5));
+
+  // Packed bases the targets do not take, none given, or nothing to keep: errors that say so.
+  auto again = models::load_llama_gguf_packed(path, targets);
+  QLora narrower({.r = 4, .targets = {"q_proj"}});
+  narrower.use_packed(again.packed);
+  CHECK_THAT(test::message_of([&] { narrower.attach(*again.model); }),
+             Contains("a packed base was given for 'model.layers.0.mlp.down_proj.weight', which the targets do not "
+                      "adapt"));
+  auto bare = models::load_llama_gguf_packed(path, targets);
+  CHECK_THAT(test::message_of([&] { QLora({.r = 4, .targets = targets}).attach(*bare.model); }),
+             Contains("'model.layers.0.self_attn.q_proj' has an empty weight and no packed base was given for it"));
+  CHECK_THAT(test::message_of([&] { models::load_llama_gguf_packed(path, {"o_proj"}); }),
+             Contains("no Q4_1 weight of a layer the targets match"));
+}
+
+TEST_CASE("Llama from GGUF: rope_freqs.weight (Llama 3.1's factors) loads as Llama 3's rope scaling",
+          "[models][llama][gguf]") {
+  const test::ScratchDir scratch("llama-gguf-rope-freqs");
+  auto options = tiny_options();
+  options.hidden = 64;  // 16 dimensions a head: 8 frequencies
+  options.rope_theta = 500000.0;
+  options.max_position_embeddings = 131072;
+  options.rope_scaling = models::Llama3RopeScaling{.factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                                                   .original_max_position_embeddings = 8192};
+  models::Llama original(options);
+  randomize(original);
+  // convert_hf_to_gguf.py, LlamaModel.generate_extra_tensors for rope_type llama3, written out:
+  // 1 where the wavelength is short, the factor where long, 1 / ((1 - smooth) / factor + smooth) between.
+  auto factors_of = [](const models::LlamaOptions& o, double factor) {
+    const auto d = o.dim_of_head();
+    std::vector<float> out;
+    for (std::int64_t i = 0; i < d; i += 2) {
+      const double freq = 1.0 / std::pow(o.rope_theta, static_cast<double>(i) / static_cast<double>(d));
+      const double wavelen = 2 * M_PI / freq, low = 8192.0 / 1.0, high = 8192.0 / 4.0;
+      if (wavelen < high) out.push_back(1.0F);
+      else if (wavelen > low) out.push_back(static_cast<float>(factor));
+      else {
+        const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+        out.push_back(static_cast<float>(1.0 / ((1 - smooth) / factor + smooth)));
+      }
+    }
+    return torch::tensor(out);
+  };
+  const auto factors = factors_of(options, 8.0);
+  REQUIRE(factors.gt(1).any().item<bool>());  // the three bands all occur at this theta and width
+  REQUIRE((factors.gt(1) & factors.lt(8)).any().item<bool>());
+  auto g = gguf_of(original, "llama");
+  g.f32_tensor("rope_freqs.weight", factors).write(scratch.path / "llama31.gguf");
+  auto [loaded, report] = models::load_llama_gguf(scratch.path / "llama31.gguf");
+  REQUIRE(loaded->options().rope_scaling);
+  CHECK(loaded->options().rope_scaling->factor == 8.0);
+  CHECK(loaded->options().rope_scaling->original_max_position_embeddings == 8192);
+  // llama.cpp divides each frequency by its factor: the same frequencies, the same logits.
+  auto plain = options;
+  plain.rope_scaling.reset();
+  CHECK(torch::allclose(models::rope_inverse_frequencies(loaded->options()),
+                        models::rope_inverse_frequencies(plain) / factors, 1e-6, 0.0));
+  torch::NoGradGuard no_grad;
+  const auto ids = torch::randint(0, 48, {1, 6}, torch::kLong);
+  CHECK(torch::equal(loaded(ids), original(ids)));
+  // Factors no Llama 3 scaling gives: an error naming them.
+  auto bad = gguf_of(original, "llama");
+  bad.f32_tensor("rope_freqs.weight", torch::linspace(1, 3, factors.numel())).write(scratch.path / "bad.gguf");
+  CHECK_THAT(test::message_of([&] { models::load_llama_gguf(scratch.path / "bad.gguf"); }),
+             Contains("rope_freqs.weight's factors (from 1 to 3) are not Llama 3's rope scaling"));
 }
 
 TEST_CASE("Llama from GGUF: GGUF names map to transformers' names", "[models][llama][gguf]") {

@@ -16,6 +16,7 @@
 /// and back out as a folder transformers loads (after peft.merge(*model) folded the adapters in):
 ///   ftopt::models::save_llama(*smol, "smollm2-bbc");           // config.json + model.safetensors
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -30,6 +31,9 @@
 #include <ftopt/detail/json.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/models/llama.hpp>
+#include <ftopt/nn/names.hpp>
+#include <ftopt/storage/ggml.hpp>
+#include <ftopt/storage/q4_1.hpp>
 #include <ftopt/weights/files.hpp>
 #include <ftopt/weights/gguf.hpp>
 #include <ftopt/weights/safetensors.hpp>
@@ -40,6 +44,15 @@ namespace ftopt::models {
 struct LoadedLlama {
   Llama model;
   weights::LoadReport report;
+};
+
+/// load_llama_gguf_packed's result: the model, with the kept layers' float weights empty, what
+/// loading found, and the weights kept in the file's Q4_1 blocks by Hugging Face name, for
+/// peft::QLora<storage::Q4_1>::use_packed.
+struct PackedLlama {
+  Llama model;
+  weights::LoadReport report;
+  std::map<std::string, storage::PackedWeight> packed;
 };
 
 /// LlamaOptions from a config.json (transformers' LlamaConfig or Qwen2Config).
@@ -111,16 +124,25 @@ LlamaOptions llama_options_from_config(const std::filesystem::path& path) {
 namespace detail {
 /// Loads `state` into a fresh model: what a tied model does not have (lm_head.weight) and
 /// transformers' rotary buffer are dropped, as transformers drops them; the rest must match.
-inline LoadedLlama load_llama_state(const LlamaOptions& options, weights::StateDict state, const std::string& where) {
+/// `state` loaded into `model`; the names in `packed` (weights kept in the file's blocks) are the
+/// only ones allowed missing.
+inline LoadedLlama load_llama_state(Llama model, weights::StateDict state, const std::string& where,
+                                    const std::map<std::string, storage::PackedWeight>& packed = {}) {
   weights::StateDict kept;
   for (const auto& item : state) {
     if (item.key().ends_with("rotary_emb.inv_freq")) continue;
-    if (options.tie_word_embeddings && item.key() == "lm_head.weight") continue;
+    if (model->options().tie_word_embeddings && item.key() == "lm_head.weight") continue;
     kept.insert(item.key(), item.value());
   }
-  Llama model(options);
-  auto report = weights::load_state_dict(*model, kept, {}, where);
+  auto report = weights::load_state_dict(*model, kept, {.strict = packed.empty()}, where);
+  if (!packed.empty()) {
+    const bool only_packed_missing = std::ranges::all_of(report.missing, [&](const auto& n) { return packed.count(n) > 0; });
+    check(report.unexpected.empty() && only_packed_missing, where, ": ", report.summary());
+  }
   return {std::move(model), std::move(report)};
+}
+inline LoadedLlama load_llama_state(const LlamaOptions& options, weights::StateDict state, const std::string& where) {
+  return load_llama_state(Llama(options), std::move(state), where);
 }
 } // namespace detail
 
@@ -153,8 +175,33 @@ LoadedLlama load_llama(const std::filesystem::path& folder) {
   return detail::load_llama_state(options, std::move(state), "models::load_llama: " + folder.string());
 }
 
+namespace detail {
+/// Llama 3's rope scaling from a GGUF's rope_freqs.weight: llama.cpp's converter writes the
+/// scaling as one factor per frequency (each frequency divided by it: 1 for short wavelengths,
+/// `factor` for long ones, blended between), not as parameters. The parameters are found again
+/// by trying Llama 3's low and high frequency factors (1 and 4) with the usual original context
+/// lengths; factors no such scaling gives are an error naming them.
+inline Llama3RopeScaling llama3_scaling_of(const weights::Gguf& file, const LlamaOptions& o, const std::string& where) {
+  const at::Tensor factors = file.dequantize("rope_freqs.weight").flatten();
+  check(factors.numel() == o.dim_of_head() / 2, where, ": rope_freqs.weight holds ", factors.numel(),
+        " factors; the head dimension ", o.dim_of_head(), " has ", o.dim_of_head() / 2, " frequencies");
+  LlamaOptions plain = o;
+  plain.rope_scaling.reset();
+  const at::Tensor inverse = rope_inverse_frequencies(plain);
+  for (const std::int64_t original : {8192, 4096, 2048, 16384, 32768, 65536, 131072}) {
+    plain.rope_scaling = Llama3RopeScaling{.factor = factors.max().item<double>(), .low_freq_factor = 1.0,
+                                           .high_freq_factor = 4.0, .original_max_position_embeddings = original};
+    if (at::allclose(rope_inverse_frequencies(plain), inverse / factors, 1e-5, 0.0)) return *plain.rope_scaling;
+  }
+  fail(where, ": rope_freqs.weight's factors (from ", factors.min().item<double>(), " to ",
+       factors.max().item<double>(), ") are not Llama 3's rope scaling (low and high frequency factors 1 and 4), "
+       "the only per-frequency scaling models::Llama applies");
+}
+} // namespace detail
+
 /// LlamaOptions from a GGUF file's metadata (architecture llama or qwen2); tied when the file
-/// has no output.weight, as llama.cpp's converter leaves it out for tied models.
+/// has no output.weight, as llama.cpp's converter leaves it out for tied models. A
+/// rope_freqs.weight tensor (Llama 3.1 and later) becomes Llama 3's rope scaling.
 inline LlamaOptions llama_options_from_gguf(const weights::Gguf& file) {
   const std::string where = "models::Llama: " + file.path().string();
   const std::string arch = file.string("general.architecture");
@@ -176,8 +223,7 @@ inline LlamaOptions llama_options_from_gguf(const weights::Gguf& file) {
   o.qkv_bias = file.has_tensor("blk.0.attn_q.bias");
   o.o_bias = file.has_tensor("blk.0.attn_output.bias");
   o.tie_word_embeddings = !file.has_tensor("output.weight");
-  check(!file.has_tensor("rope_freqs.weight"), where, ": has rope_freqs.weight (per-frequency rope factors), "
-        "which models::Llama does not apply; load the model's Hugging Face folder instead");
+  if (file.has_tensor("rope_freqs.weight")) o.rope_scaling = detail::llama3_scaling_of(file, o, where);
   try {
     o.validate();
   } catch (const Error& e) {
@@ -218,30 +264,65 @@ inline at::Tensor unpermute_rotary_rows(const at::Tensor& rows, std::int64_t hea
   return rows.reshape(shape).transpose(1, 2).reshape(rows.sizes());
 }
 
-/// The tensors of a llama/qwen2 GGUF file under Hugging Face's names, dequantized to `dtype`.
-inline weights::StateDict llama_state_from_gguf(const weights::Gguf& file, const LlamaOptions& options,
-                                                at::ScalarType dtype = at::kFloat) {
+namespace detail {
+/// The Hugging Face name of GGUF tensor t where it stays in the file's blocks: a Q4_1 weight of a
+/// layer `packed_targets` matches; else "".
+inline std::string kept_packed(const weights::GgufTensor& t, const nn::NamePatterns& packed_targets) {
+  const std::string name = llama_name_of_gguf(t.name);
+  if (t.type != storage::ggml::Type::Q4_1 || !name.ends_with(".weight")) return "";
+  const std::string module = name.substr(0, name.size() - 7);
+  return std::ranges::any_of(packed_targets, [&](const auto& p) { return p.matches(module); }) ? name : "";
+}
+} // namespace detail
+
+/// A GGUF file's tensors under Hugging Face's names: dequantized, or kept in the file's Q4_1 blocks.
+struct LlamaGgufState {
+  weights::StateDict state;
+  std::map<std::string, storage::PackedWeight> packed;
+};
+
+/// The tensors of a llama/qwen2 GGUF file under Hugging Face's names, dequantized to `dtype`,
+/// except the Q4_1 weights of the layers `packed_targets` matches (as a PEFT policy's targets
+/// match), which stay the file's blocks: views of the mapped file, or for q and k (whose rows
+/// llama.cpp reorders) a copy of the blocks in Hugging Face's row order.
+inline LlamaGgufState llama_gguf_state(const weights::Gguf& file, const LlamaOptions& options, at::ScalarType dtype,
+                                       const nn::NamePatterns& packed_targets) {
   const std::string where = "models::Llama: " + file.path().string();
   const bool permuted = file.string("general.architecture") == "llama";
-  weights::StateDict state;
+  LlamaGgufState out;
   std::vector<std::string> unknown;
   for (const auto& t : file.tensors()) {
     const std::string name = llama_name_of_gguf(t.name);
+    if (t.name == "rope_freqs.weight" && options.rope_scaling) continue;  // in the options
     if (name.empty()) {
       unknown.push_back(t.name);
       continue;
     }
-    at::Tensor w = file.dequantize(t.name, dtype);
-    if (permuted && name.find("self_attn.q_proj.") != std::string::npos) w = unpermute_rotary_rows(w, options.heads);
-    if (permuted && name.find("self_attn.k_proj.") != std::string::npos) w = unpermute_rotary_rows(w, options.kv_heads);
-    state.insert(name, w.contiguous());
+    auto unpermuted = [&](at::Tensor rows) {
+      if (permuted && name.find("self_attn.q_proj.") != std::string::npos) rows = unpermute_rotary_rows(rows, options.heads);
+      if (permuted && name.find("self_attn.k_proj.") != std::string::npos)
+        rows = unpermute_rotary_rows(rows, options.kv_heads);
+      return rows.contiguous();
+    };
+    if (!detail::kept_packed(t, packed_targets).empty()) {
+      const auto blocks = storage::Q4_1::from_blocks(file.bytes(t), t.shape);
+      out.packed.emplace(name, storage::Q4_1::from_blocks(unpermuted(blocks.data).flatten(), t.shape));
+    } else {
+      out.state.insert(name, unpermuted(file.dequantize(t.name, dtype)));
+    }
   }
   if (!unknown.empty()) {
     std::string names;
     for (const auto& n : unknown) names += (names.empty() ? "" : ", ") + n;
     fail(where, ": tensors models::Llama has no place for: ", names);
   }
-  return state;
+  return out;
+}
+
+/// The tensors of a llama/qwen2 GGUF file under Hugging Face's names, dequantized to `dtype`.
+inline weights::StateDict llama_state_from_gguf(const weights::Gguf& file, const LlamaOptions& options,
+                                                at::ScalarType dtype = at::kFloat) {
+  return llama_gguf_state(file, options, dtype, {}).state;
 }
 
 /// models::Llama from a GGUF file, every weight dequantized to float32.
@@ -250,6 +331,36 @@ inline LoadedLlama load_llama_gguf(const std::filesystem::path& path) {
   const LlamaOptions options = llama_options_from_gguf(file);
   return detail::load_llama_state(options, llama_state_from_gguf(file, options),
                                   "models::load_llama_gguf: " + path.string());
+}
+
+/// models::Llama from a GGUF file for QLoRA over the file's own blocks: the Q4_1 weights of the
+/// layers `targets` matches (as a PEFT policy's targets do: pass the LoraOptions' `targets`) stay
+/// as the file holds them, in PackedLlama::packed, and those layers' float weights are left empty,
+/// so the base is never dequantized to float32 and packed again; everything else is dequantized.
+///
+///   auto [model, report, packed] = ftopt::models::load_llama_gguf_packed(path, lora_options.targets);
+///   ftopt::peft::QLora<ftopt::storage::Q4_1> qlora(lora_options);
+///   qlora.use_packed(std::move(packed));   // before the Trainer's prepare(model)
+inline PackedLlama load_llama_gguf_packed(const std::filesystem::path& path, const nn::NamePatterns& targets) {
+  const weights::Gguf file(path);
+  const LlamaOptions options = llama_options_from_gguf(file);
+  const std::string where = "models::load_llama_gguf_packed: " + path.string();
+  // The model first, and the kept layers' float weights freed before anything is dequantized.
+  Llama model(options);
+  auto modules = model->named_modules("", /*include_self=*/false);
+  for (const auto& t : file.tensors()) {
+    const std::string name = detail::kept_packed(t, targets);
+    if (name.empty()) continue;
+    auto* found = modules.find(name.substr(0, name.size() - 7));
+    auto* layer = found != nullptr ? (*found)->as<nn::LinearImpl>() : nullptr;
+    check(layer != nullptr, where, ": ", name, " would stay packed but is not an nn::Linear's weight");
+    torch::NoGradGuard no_grad;
+    layer->weight.set_data(at::empty({0}, layer->weight.options()));
+  }
+  LlamaGgufState state = llama_gguf_state(file, options, at::kFloat, targets);
+  check(!state.packed.empty(), where, ": no Q4_1 weight of a layer the targets match");
+  auto [loaded, report] = detail::load_llama_state(model, std::move(state.state), where, state.packed);
+  return {std::move(loaded), std::move(report), std::move(state.packed)};
 }
 
 /// The Hugging Face names of a LlamaForCausalLM's (or Qwen2ForCausalLM's) tensors with these

@@ -33,10 +33,13 @@
 ///   trainer.peft().base_bytes();   // the packed bases' bytes (float_base_bytes(): as float32)
 
 #include <array>
+#include <concepts>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -62,10 +65,13 @@ namespace ftopt::peft {
 template <storage::Format Format>
 class QuantizedBase : public Adapted {
 public:
-  QuantizedBase(nn::LinearImpl& layer, std::shared_ptr<LoraBranch> branch, const Format& format)
+  /// The base is `given` where there is one (already in Format: QLora::use_packed), else the
+  /// layer's float weight quantized.
+  QuantizedBase(nn::LinearImpl& layer, std::shared_ptr<LoraBranch> branch, const Format& format,
+                const storage::PackedWeight* given = nullptr)
       : Adapted(branch->kernel()), branch_(std::move(branch)), format_(format) {
     torch::NoGradGuard no_grad;
-    packed_ = format_.quantize(layer.weight);
+    packed_ = given ? *given : format_.quantize(layer.weight);
     for (const auto& [name, tensor] : buffers)
       if ((packed_.*tensor).defined()) packed_.*tensor = layer.register_buffer(name, packed_.*tensor);
     empty(layer.weight);
@@ -156,18 +162,48 @@ public:
   }
   const Format& format() const { return format_; }
 
-  /// Checks every target (an nn::Linear whose weight the format can hold), attaches LoRA as
-  /// peft::Lora does, then quantizes each adapted layer's base.
+  /// Q4_1 bases as a GGUF file holds them, by weight name ("model.layers.0.self_attn.q_proj.weight"),
+  /// as models::load_llama_gguf's `packed` gives them: attach takes these
+  /// layers' bases as they are, where it would quantize their float weights (which the loader left
+  /// empty). Every one must name a layer the targets adapt; the init must not need the float base.
+  void use_packed(std::map<std::string, storage::PackedWeight> bases)
+    requires std::same_as<Format, storage::Q4_1>
+  {
+    given_ = std::move(bases);
+  }
+
+  /// Checks every target (an nn::Linear whose weight the format can hold, or whose base was
+  /// given), attaches LoRA as peft::Lora does, then packs each adapted layer's base.
   void attach(torch::nn::Module& module) {
     validate();
-    for (const auto& [name, linear] : detail::target_linears(module, options().targets, "QLora"))
-      format_.check(linear->weight, name);
+    std::set<std::string> adapted;
+    for (const auto& [name, linear] : detail::target_linears(module, options().targets, "QLora")) {
+      adapted.insert(name + ".weight");
+      const auto given = given_.find(name + ".weight");
+      if (given == given_.end()) {
+        ftopt::detail::check(linear->weight.numel() > 0, "QLora: '", name, "' has an empty weight and no packed "
+                             "base was given for it (QLora::use_packed)");
+        format_.check(linear->weight, name);
+        continue;
+      }
+      const std::vector<std::int64_t> shape = {linear->options.out_features(), linear->options.in_features()};
+      ftopt::detail::check(given->second.shape == shape, "QLora: the packed base given for '", name, "' is ",
+                           c10::IntArrayRef(given->second.shape), ", the layer's weight is ", c10::IntArrayRef(shape));
+    }
+    for (const auto& [name, packed] : given_)
+      ftopt::detail::check(adapted.count(name) > 0, "QLora: a packed base was given for '", name,
+                           "', which the targets do not adapt");
+    ftopt::detail::check(given_.empty() || options().init == LoraInit::Default || options().init == LoraInit::Gaussian,
+                         "QLora: PiSSA and OLoRA factor the float base, which packed bases given to use_packed do "
+                         "not have");
     Lora::attach(module);
     bases_.clear();
     auto modules = module.named_modules("", /*include_self=*/false);
     for (const auto& [name, branch] : branches()) {
       auto& layer = *modules[name]->template as<nn::LinearImpl>();
-      auto base = std::make_shared<QuantizedBase<Format>>(layer, branch, format_);
+      const auto given = given_.find(name + ".weight");
+      auto base = std::make_shared<QuantizedBase<Format>>(layer, branch, format_,
+                                                          given == given_.end() ? nullptr : &given->second);
       layer.attach(base);
       bases_.emplace_back(name, base);
     }
@@ -222,6 +258,7 @@ private:
   }
 
   Format format_;
+  std::map<std::string, storage::PackedWeight> given_;
   std::vector<std::pair<std::string, std::shared_ptr<QuantizedBase<Format>>>> bases_;
 };
 
