@@ -113,6 +113,25 @@ TEST_CASE("checkpoint passes the input's gradient through a frozen segment", "[n
   CHECK(max_difference(plain, recomputed) == 0.0);
 }
 
+TEST_CASE("checkpoint neither copies nor writes a buffer its forward leaves alone", "[nn][checkpoint]") {
+  // A QLoRA base's packed blocks are such buffers, and may view a read-only file mapping.
+  torch::manual_seed(5);
+  nn::Linear layer(16, 16);
+  auto kept = layer->register_buffer("kept", torch::randn({16}));
+  auto counted = layer->register_buffer("counted", torch::zeros({1}));
+  const auto x = torch::randn({4, 16}).requires_grad_(true);
+  auto* impl = layer.get();
+  const auto kept_version = kept._version();
+  const auto y = nn::checkpoint(*layer, [impl](const torch::Tensor& t) {
+    impl->named_buffers()["counted"].add_(1);  // a statistic the forward updates, as BatchNorm's
+    return impl->forward(t) * impl->named_buffers()["kept"];
+  }, x);
+  y.sum().backward();
+  CHECK(kept._version() == kept_version);
+  CHECK(counted.item<float>() == 1.0F);  // updated once: the recompute's update was undone
+  REQUIRE(x.grad().defined());
+}
+
 TEST_CASE("checkpoint names a trainable tensor the segment uses but does not own", "[nn][checkpoint]") {
   torch::manual_seed(5);
   nn::Linear layer(4, 4);

@@ -10,8 +10,9 @@
 ///   - exact: the CPU generator's state (and the CUDA generator's, for CUDA inputs) is saved
 ///     before the forward and put back for the recompute, so dropout draws the same masks
 ///     (PyTorch's preserve_rng_state); the recompute runs under the forward's autocast state;
-///     buffers the recompute changes (BatchNorm's running statistics) are put back afterwards,
-///     so they are updated once per step, as without checkpointing;
+///     buffers the recompute changes (BatchNorm's running statistics, and any whose version
+///     counter the forward moves) are put back afterwards, so they are updated once per step, as
+///     without checkpointing; other buffers (a QLoRA base's blocks) are neither copied nor written;
 ///   - the segment's trainable parameters are explicit inputs of the recompute node, so the
 ///     output requires grad when they do even if the segment's input does not (a frozen
 ///     embedding feeding LoRA layers: the case where PyTorch's reentrant checkpoint silently
@@ -109,13 +110,17 @@ private:
 
 /// What the recompute node keeps between forward and backward besides the saved tensors.
 struct Segment : torch::CustomClassHolder {
+  /// `statistics`: buffers kept whatever their version counter says (BatchNorm's running
+  /// statistics, which ATen updates without moving it).
   Segment(std::function<at::Tensor(const at::Tensor&)> fn, std::vector<at::Tensor> buffers,
-          const at::Tensor& input, bool preserve_rng)
-      : fn(std::move(fn)), buffers(std::move(buffers)), state(input, preserve_rng) {}
+          std::vector<bool> statistics, const at::Tensor& input, bool preserve_rng)
+      : fn(std::move(fn)), buffers(std::move(buffers)), statistics(std::move(statistics)),
+        state(input, preserve_rng) {}
 
   /// use(fn(x)), fn run with the forward's RNG and autocast state and grad mode on. Buffers get
   /// back the values they had before the recompute once `use` is done with its graph (the
-  /// forward already updated them once; BatchNorm's backward reads them unchanged).
+  /// forward already updated them once; BatchNorm's backward reads them unchanged): `buffers`
+  /// holds, after the forward, only those it changed.
   template <class Use>
   void recompute(const at::Tensor& x, Use&& use) const {
     std::vector<at::Tensor> kept;
@@ -131,6 +136,7 @@ struct Segment : torch::CustomClassHolder {
 
   std::function<at::Tensor(const at::Tensor&)> fn;
   std::vector<at::Tensor> buffers;
+  std::vector<bool> statistics;
   ForwardState state;
 };
 
@@ -162,11 +168,21 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 c10::intrusive_ptr<Segment> segment, at::TensorList inputs) {
     ctx->save_for_backward(inputs.vec());
+    std::vector<std::int64_t> versions;
+    for (const auto& b : segment->buffers) versions.push_back(static_cast<std::int64_t>(b._version()));
     at::Tensor y;
     {
       torch::NoGradGuard no_grad;
       y = segment->fn(inputs[0]);
     }
+    // Only the buffers the forward changes in place need their values back after the recompute:
+    // BatchNorm's statistics, and any whose version counter moved. The rest (a QLoRA base's
+    // packed blocks, which may view the model's file) are left alone, neither cloned nor written.
+    std::vector<at::Tensor> changed;
+    for (std::size_t i = 0; i < versions.size(); ++i)
+      if (segment->statistics[i] || static_cast<std::int64_t>(segment->buffers[i]._version()) != versions[i])
+        changed.push_back(segment->buffers[i]);
+    segment->buffers = std::move(changed);
     ctx->saved_data["segment"] = c10::IValue::make_capsule(std::move(segment));
     return {y};
   }
@@ -217,10 +233,19 @@ inline std::vector<at::Tensor> trainable_parameters(const std::vector<torch::nn:
   return out;
 }
 
-inline std::vector<at::Tensor> buffers_of(const std::vector<torch::nn::Module*>& modules) {
-  std::vector<at::Tensor> out;
+/// The modules' buffers, each with whether it is a normalization's running statistic (a
+/// BatchNorm or InstanceNorm module's, by LibTorch's class name).
+inline std::pair<std::vector<at::Tensor>, std::vector<bool>> buffers_of(const std::vector<torch::nn::Module*>& modules) {
+  std::pair<std::vector<at::Tensor>, std::vector<bool>> out;
   for (auto* module : modules)
-    for (const auto& b : module->buffers()) out.push_back(b);
+    for (const auto& item : module->named_modules()) {
+      const std::string type = item.value()->name();
+      const bool statistics = type.find("BatchNorm") != std::string::npos || type.find("InstanceNorm") != std::string::npos;
+      for (const auto& b : item.value()->buffers(/*recurse=*/false)) {
+        out.first.push_back(b);
+        out.second.push_back(statistics);
+      }
+    }
   return out;
 }
 
@@ -231,7 +256,9 @@ inline at::Tensor run_checkpointed(std::function<at::Tensor(const at::Tensor&)> 
   for (auto& t : extra)
     if (t.requires_grad()) params.push_back(std::move(t));
   if (!torch::GradMode::is_enabled() || (!input.requires_grad() && params.empty())) return fn(input);
-  auto segment = c10::make_intrusive<Segment>(std::move(fn), buffers_of(modules), input, options.preserve_rng_state);
+  auto [buffers, statistics] = buffers_of(modules);
+  auto segment = c10::make_intrusive<Segment>(std::move(fn), std::move(buffers), std::move(statistics), input,
+                                              options.preserve_rng_state);
   std::vector<at::Tensor> inputs{input};
   inputs.insert(inputs.end(), params.begin(), params.end());
   return CheckpointFunction::apply(std::move(segment), at::TensorList(inputs))[0];

@@ -77,7 +77,9 @@ public:
     }
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      // Private and writable: a tensor viewing the file (a QLoRA base kept in its blocks) may be
+      // written in place like any other, which copies the pages it touches and never the file.
+      void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
       ::close(fd);
       ftopt::detail::check(p != MAP_FAILED, where, ": cannot map its ", size_, " bytes (", std::strerror(errno), ")");
       data_ = static_cast<const std::uint8_t*>(p);
@@ -221,7 +223,8 @@ public:
   }
   bool has_tensor(const std::string& name) const { return index_.count(name) > 0; }
 
-  /// The tensor's bytes, a uint8 view of the mapping that keeps the file mapped while it lives.
+  /// The tensor's bytes, a uint8 view of the mapping that keeps the file mapped while it lives
+  /// (writes to it copy the pages they touch; the file never changes).
   at::Tensor bytes(const GgufTensor& t) const {
     auto keep = file_;
     return at::from_blob(const_cast<std::uint8_t*>(file_->data() + t.offset), {static_cast<std::int64_t>(t.bytes)},
