@@ -6,17 +6,18 @@
 ///   loss::causal_lm(logits, labels)             logits [B, T, V] (a model's output)
 ///   loss::linear_cross_entropy(h, W, labels)    the same loss from hidden states h [N, H] and the
 ///                                               LM head's weight W [V, H], never forming the
-///                                               [N, V] logits: `chunk` rows at a time, the loss
-///                                               and the gradients of h and (when it learns) W are
-///                                               computed in the forward, so the backward only
-///                                               scales them (Liger-Kernel's
-///                                               FusedLinearCrossEntropy, torchtune's
-///                                               LinearCrossEntropyLoss). Under autocast the
-///                                               GEMMs run in its dtype, the softmax in float32.
-///                                               64 rows a chunk by default: at SmolLM2's vocabulary
-///                                               (49,152) a chunk's float32 logits are 12 MiB, and
-///                                               benchmarks/memory.cpp measured 64 faster than 256,
-///                                               128 and 32 (BM_FusedLinearCrossEntropy).
+///                                               [N, V] logits: at most `chunk` rows' worth of
+///                                               them alive (tiles of the vocabulary: see
+///                                               detail::LinearCrossEntropy), the loss and the
+///                                               gradients of h and (when it learns) W computed in
+///                                               the forward, so the backward only scales them
+///                                               (Liger-Kernel's FusedLinearCrossEntropy,
+///                                               torchtune's LinearCrossEntropyLoss). Under
+///                                               autocast the GEMMs run in its dtype, the softmax
+///                                               in float32. 64 rows' worth by default: at
+///                                               SmolLM2's vocabulary (49,152) 12 MiB of float32,
+///                                               and benchmarks/memory.cpp measured it faster than
+///                                               256 rows' worth (BM_FusedLinearCrossEntropy).
 ///   loss::fused_causal_lm(weight)               a LossFunction for the Trainer: the model returns
 ///                                               hidden states [B, T, H] (models::Llama's
 ///                                               `output_hidden`), `weight()` gives the head.
