@@ -122,7 +122,13 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
                                                                b * rms_norm_weight_rows,
                                                                std::min(rows, (b + 1) * rms_norm_weight_rows), n);
       });
-      dw = partial.sum(0);
+      // The blocks' sums added in block order, column by column: the same on any thread count.
+      dw = at::zeros({n}, x.options());
+      float* dwp = dw.data_ptr<float>();
+      at::parallel_for(0, n, 64, [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t b = 0; b < blocks; ++b)
+          for (std::int64_t j = first; j < last; ++j) dwp[j] += pp[b * n + j];
+      });
     } else {
       at::parallel_for(0, rows, std::max<std::int64_t>(1, 32768 / n), [&](std::int64_t begin, std::int64_t end) {
         ftopt::detail::run_widest<RmsNormBackwardRows<false>>(gp, xp, wp, rp, dxp, static_cast<float*>(nullptr),
