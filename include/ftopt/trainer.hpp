@@ -32,7 +32,6 @@
 #include <ftopt/batch.hpp>
 #include <ftopt/callbacks/callback.hpp>
 #include <ftopt/detail/clock.hpp>
-#include <ftopt/detail/compat.hpp>
 #include <ftopt/detail/phase.hpp>
 #include <ftopt/detail/slot_checks.hpp>
 #include <ftopt/error.hpp>
@@ -164,14 +163,9 @@ public:
     const bool sync = ends_epoch || micro_ + 1 == accumulation;
 
     parallel_.before_forward(sync);
-    torch::Tensor output, loss;
-    {
-      [[maybe_unused]] auto scope = precision_.forward_scope();
-      output = memory_.forward(model, input);
-      // Inside the scope on LibTorch 2.x, after it on 1.13 (compat::loss_in_autocast).
-      if constexpr (compat::loss_in_autocast) loss = options_.loss(precision_.loss_input(output), target);
-    }
-    if constexpr (!compat::loss_in_autocast) loss = options_.loss(precision_.loss_input(output), target);
+    auto [output, loss] = trainer::output_and_loss(
+        precision_, [&] { return memory_.forward(model, input); },
+        [&](const torch::Tensor& out) { return options_.loss(out, target); });
     // A loss-scaling policy skips non-finite steps itself (and counts them).
     if constexpr (!rules::skips_non_finite_steps<Precision>)
       if (options_.on_non_finite_loss == NonFiniteLoss::Error) check_finite(loss);

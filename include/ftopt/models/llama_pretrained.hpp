@@ -122,10 +122,9 @@ LlamaOptions llama_options_from_config(const std::filesystem::path& path) {
 }
 
 namespace detail {
-/// Loads `state` into a fresh model: what a tied model does not have (lm_head.weight) and
-/// transformers' rotary buffer are dropped, as transformers drops them; the rest must match.
-/// `state` loaded into `model`; the names in `packed` (weights kept in the file's blocks) are the
-/// only ones allowed missing.
+/// Loads `state` into `model`: what a tied model does not have (lm_head.weight) and
+/// transformers' rotary buffer are dropped, as transformers drops them; the rest must match, and
+/// the names in `packed` (weights kept in the file's blocks) are the only ones allowed missing.
 inline LoadedLlama load_llama_state(Llama model, weights::StateDict state, const std::string& where,
                                     const std::map<std::string, storage::PackedWeight>& packed = {}) {
   weights::StateDict kept;

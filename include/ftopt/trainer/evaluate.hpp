@@ -9,7 +9,6 @@
 
 #include <ftopt/batch.hpp>
 #include <ftopt/detail/clock.hpp>
-#include <ftopt/detail/compat.hpp>
 #include <ftopt/detail/eval_scope.hpp>
 #include <ftopt/detail/meter.hpp>
 #include <ftopt/model.hpp>
@@ -29,13 +28,8 @@ EvalStats evaluate(M& model, R& batches, const Precision& precision, const LossF
   for (auto&& batch : batches) {
     const torch::Tensor input = policy_input(precision, on_device(input_of(batch), device));
     const torch::Tensor target = on_device(target_of(batch), device);
-    torch::Tensor output, value;
-    {
-      [[maybe_unused]] auto scope = precision.forward_scope();
-      output = model->forward(input);
-      if constexpr (compat::loss_in_autocast) value = loss(precision.loss_input(output), target);  // as in training
-    }
-    if constexpr (!compat::loss_in_autocast) value = loss(precision.loss_input(output), target);
+    const auto [output, value] = output_and_loss(
+        precision, [&] { return model->forward(input); }, [&](const torch::Tensor& out) { return loss(out, target); });
     meter.add(value, output, target);
   }
   auto totals = meter.reduced(reduce_sum);
