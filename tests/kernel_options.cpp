@@ -126,3 +126,19 @@ TEST_CASE("A Llama's row kernels (RMSNorm, rotary) give the ops' values and grad
     }
   }
 }
+
+TEST_CASE("A Llama's KernelOptions::isa reaches its row kernels: every copy this CPU runs gives the same logits",
+          "[kernel_options][llama]") {
+  const auto ids = torch::randint(0, 50, {2, 9});
+  std::vector<torch::Tensor> logits;
+  for (const auto isa : {CpuIsa::Widest, CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Baseline}) {
+    if (!ftopt::detail::cpu_runs(isa)) continue;
+    torch::manual_seed(43);
+    models::Llama llama({.vocab_size = 50, .hidden = 32, .intermediate = 40, .layers = 2, .heads = 4, .kv_heads = 2,
+                         .kernel = {.isa = isa}});
+    logits.push_back(llama(ids).detach());
+  }
+  REQUIRE(logits.size() >= 2);  // Widest and Baseline at least
+  // The copies keep their sums in the same 16 lanes: equal up to fused multiply-adds.
+  for (const auto& l : logits) CHECK(torch::allclose(l, logits[0], 1e-5, 1e-5));
+}

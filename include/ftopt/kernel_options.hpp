@@ -14,6 +14,11 @@ namespace ftopt {
 /// WrittenOut always uses the math written out. 1.13 always writes it out.
 enum class AttentionKernel { Auto, Fused, WrittenOut };
 
+/// Which compiled copy of ftopt's own elementwise CPU kernels runs (RMSNorm, rotary embeddings,
+/// dropout): Widest, the widest this CPU runs; or one named, forced, so that each copy can be
+/// checked on any machine that runs it (a CPU that cannot is an error naming the copy).
+enum class CpuIsa { Widest, Avx512, Avx2, Baseline };
+
 struct KernelOptions {
   /// An adapter without dropout on a frozen weight runs as one GEMM over the weight with its update
   /// folded in (W + s B A, DoRA's rescaled rows, IA3's scaled columns: peft's adapter kernel).
@@ -31,6 +36,8 @@ struct KernelOptions {
   /// RMSNorm and rotary embeddings through ftopt's fused CPU kernels (nn::rms_norm,
   /// nn::apply_rotary). Off: the ops as transformers writes them.
   bool row_kernels = true;
+  /// The copy of those kernels (and of nn::dropout's) that runs (CpuIsa).
+  CpuIsa isa = CpuIsa::Widest;
 };
 
 } // namespace ftopt

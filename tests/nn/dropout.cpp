@@ -12,6 +12,7 @@
 #include <ftopt/nn/checkpoint.hpp>
 #include <ftopt/nn/dropout.hpp>
 
+#include "../isa.hpp"
 #include "../support.hpp"
 
 using namespace ftopt;
@@ -85,8 +86,11 @@ TEST_CASE("nn::Dropout: memory::Checkpoint's recompute draws the forward's masks
   for (std::size_t i = 0; i < plain.size(); ++i) CHECK(torch::equal(plain[i], recomputed[i]));
 }
 
-TEST_CASE("nn::dropout: element i's draw is lowbias32(lowbias32(i ^ seed_lo) ^ seed_hi)", "[nn][dropout]") {
-  // The hash written out here, independently of the kernel (its AVX-512 and AVX2 lanes, its scalar tail).
+namespace {
+
+/// The hash written out here, independently of the kernel's copy `isa` (its AVX-512 and AVX2
+/// lanes, its scalar tail).
+void check_dropout_draws(CpuIsa isa) {
   auto lowbias32 = [](std::uint32_t x) {
     x ^= x >> 16;
     x *= 0x7FEB352DU;
@@ -100,7 +104,7 @@ TEST_CASE("nn::dropout: element i's draw is lowbias32(lowbias32(i ^ seed_lo) ^ s
     torch::manual_seed(6);
     const auto seed = static_cast<std::uint64_t>(nn::detail::dropout_seed());
     torch::manual_seed(6);
-    const auto y = nn::dropout(x, 0.25, true).to(torch::kDouble);
+    const auto y = nn::dropout(x, 0.25, true, isa).to(torch::kDouble);
     const auto threshold = static_cast<std::uint32_t>(0.25 * 4294967296.0);
     int wrong = 0;
     for (std::int64_t i = 0; i < n; ++i) {
@@ -113,14 +117,15 @@ TEST_CASE("nn::dropout: element i's draw is lowbias32(lowbias32(i ^ seed_lo) ^ s
   }
 }
 
-TEST_CASE("nn::dropout: bf16 rounds as c10::BFloat16 does, NaN and infinity as torch's input * mask", "[nn][dropout]") {
+/// Copy `isa`'s bf16 rounding, NaN and infinity.
+void check_dropout_bf16(CpuIsa isa) {
   torch::manual_seed(7);
   auto x = torch::randn({4096}).mul(1000).to(torch::kBFloat16);
   for (std::int64_t i = 0; i < 64; i += 4) {  // kept or dropped, whichever their draws say
     x[i] = std::numeric_limits<float>::quiet_NaN();
     x[i + 1] = std::numeric_limits<float>::infinity();
   }
-  const auto y = nn::dropout(x, 0.3, true);
+  const auto y = nn::dropout(x, 0.3, true, isa);
   const auto finite = x.isfinite();
   const auto kept = y.ne(0) & finite;
   // A kept element is float(x) * (1 / 0.7) rounded to bf16 by ATen's own conversion.
@@ -133,3 +138,10 @@ TEST_CASE("nn::dropout: bf16 rounds as c10::BFloat16 does, NaN and infinity as t
   CHECK(infinite.isinf().any().item<bool>());
   CHECK(infinite.isnan().any().item<bool>());
 }
+
+} // namespace
+
+FTOPT_TEST_EACH_ISA("nn::dropout: element i's draw is lowbias32(lowbias32(i ^ seed_lo) ^ seed_hi)", "[nn][dropout]",
+                    check_dropout_draws)
+FTOPT_TEST_EACH_ISA("nn::dropout: bf16 rounds as c10::BFloat16 does, NaN and infinity as torch's input * mask",
+                    "[nn][dropout]", check_dropout_bf16)

@@ -5,6 +5,7 @@
 
 #include <ftopt/nn/rms_norm.hpp>
 
+#include "../isa.hpp"
 #include "../support.hpp"
 
 using namespace ftopt;
@@ -32,9 +33,11 @@ TEST_CASE("RmsNorm: weight * x / sqrt(mean(x^2) + eps), in float32 for a bf16 in
   CHECK_THAT(test::message_of([] { nn::RmsNorm(0, 1e-5); }), Contains("nn::RmsNorm: size must be >= 1"));
 }
 
-TEST_CASE("rms_norm: the fused kernel's values and gradients are the formula's, on any thread count", "[nn]") {
-  // The formula in double precision through autograd, against the kernel's float32 (rows not a
-  // multiple of its 32-row blocks, widths with and without a tail past its 16 lanes).
+namespace {
+
+/// The formula in double precision through autograd, against the kernel's float32 on copy `isa`
+/// (rows not a multiple of its 32-row blocks, widths with and without a tail past its 16 lanes).
+void check_rms_norm_kernel(CpuIsa isa) {
   for (const auto& [rows, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 16}, {67, 37}, {70, 576}}) {
     INFO(rows << " rows of " << n);
     const auto x0 = torch::randn({rows, n}) * 3, w0 = torch::rand({n}) + 0.5, g = torch::randn({rows, n});
@@ -46,7 +49,7 @@ TEST_CASE("rms_norm: the fused kernel's values and gradients are the formula's, 
     for (const int threads : {1, 2}) {
       const test::ThreadsGuard guard(threads);
       auto x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
-      const auto y = nn::rms_norm(x, w, 1e-5);
+      const auto y = nn::rms_norm(x, w, 1e-5, true, isa);
       y.backward(g);
       CHECK(torch::allclose(y.to(torch::kDouble), expected, 1e-5, 1e-5));
       CHECK(torch::allclose(x.grad().to(torch::kDouble), x_ref.grad(), 1e-4, 1e-5));
@@ -56,9 +59,14 @@ TEST_CASE("rms_norm: the fused kernel's values and gradients are the formula's, 
     CHECK(torch::equal(runs[0], runs[1]));
     // A frozen weight: the input's gradient alone, the same.
     auto x = x0.clone().requires_grad_(true);
-    nn::rms_norm(x, w0, 1e-5).backward(g);
+    nn::rms_norm(x, w0, 1e-5, true, isa).backward(g);
     CHECK(torch::allclose(x.grad().to(torch::kDouble), x_ref.grad(), 1e-4, 1e-5));
     // Written out (fused = false), the ops give the same.
-    CHECK(torch::allclose(nn::rms_norm(x0, w0, 1e-5, false), nn::rms_norm(x0, w0, 1e-5), 1e-6, 1e-6));
+    CHECK(torch::allclose(nn::rms_norm(x0, w0, 1e-5, false), nn::rms_norm(x0, w0, 1e-5, true, isa), 1e-6, 1e-6));
   }
 }
+
+} // namespace
+
+FTOPT_TEST_EACH_ISA("rms_norm: the fused kernel's values and gradients are the formula's, on any thread count", "[nn]",
+                    check_rms_norm_kernel)

@@ -4,33 +4,59 @@
 ///
 /// A kernel is written once, as an always-inline static `body` of plain loops over rows, and
 /// compiled three times: for AVX-512, for AVX2 with FMA, and for the baseline x86-64 (or whatever
-/// the compiler targets elsewhere). run_widest calls the copy the CPU can run. The bodies keep their sums in
+/// the compiler targets elsewhere). run_on calls the copy row_isa chose: the widest the CPU runs,
+/// or the one KernelOptions::isa names (so each copy has its tests on any CPU that runs it). The bodies keep their sums in
 /// 16 separate lanes, so the compiler vectorizes them without reordering a sum: the results are
 /// the same on every instruction set and thread count, up to fused multiply-adds.
 ///
 ///   struct Twice { [[gnu::always_inline]] static void body(float* x, std::int64_t n) { ... } };
-///   detail::run_widest<Twice>(x, n);  // its AVX-512, AVX2 or baseline copy
+///   detail::run_on<Twice>(detail::row_isa(), x, n);  // its AVX-512, AVX2 or baseline copy
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
+
+#include <ftopt/error.hpp>
+#include <ftopt/kernel_options.hpp>
 
 namespace ftopt::detail {
 
-/// The instruction sets run_widest chooses between.
-enum class RowIsa { baseline, avx2, avx512 };
-
-inline RowIsa row_isa() {
+/// Whether this CPU runs a copy (Widest: always).
+inline bool cpu_runs(CpuIsa isa) {
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
-  static const RowIsa isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
-                                ? RowIsa::avx512
-                            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? RowIsa::avx2
-                                                                                               : RowIsa::baseline;
-  return isa;
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return isa == CpuIsa::Avx512 ? avx512 : isa == CpuIsa::Avx2 ? avx2 : true;
 #else
-  return RowIsa::baseline;
+  return isa == CpuIsa::Widest || isa == CpuIsa::Baseline;
 #endif
+}
+
+/// The copy's name, for messages and test names.
+inline const char* isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::Widest: return "widest";
+    case CpuIsa::Avx512: return "AVX-512";
+    case CpuIsa::Avx2: return "AVX2";
+    case CpuIsa::Baseline: return "baseline";
+  }
+  return "?";
+}
+
+/// The copy that runs for `isa`: Widest becomes the widest this CPU runs; a named one is checked.
+inline CpuIsa row_isa(CpuIsa isa = CpuIsa::Widest) {
+  if (isa == CpuIsa::Widest) {
+    static const CpuIsa widest = cpu_runs(CpuIsa::Avx512) ? CpuIsa::Avx512
+                                 : cpu_runs(CpuIsa::Avx2) ? CpuIsa::Avx2
+                                                          : CpuIsa::Baseline;
+    return widest;
+  }
+  if (!cpu_runs(isa))
+    throw Error(std::string("KernelOptions::isa: this CPU cannot run the ") + isa_name(isa) +
+                " copy of ftopt's CPU kernels (choose CpuIsa::Widest)");
+  return isa;
 }
 
 /// Lanes of the partial sums in the kernels' bodies (a 512-bit register of floats).
@@ -71,15 +97,16 @@ __attribute__((target("avx2,fma"))) void run_avx2(Args... args) {
 }
 #endif
 
-/// Kernel::body(args...) compiled for the widest instruction set this CPU runs (Kernel::body
-/// always-inline, so that it is compiled anew inside each copy).
+/// Kernel::body(args...) compiled for `isa`, a copy row_isa resolved (Kernel::body always-inline,
+/// so that it is compiled anew inside each copy).
 template <class Kernel, class... Args>
-void run_widest(Args... args) {
+void run_on(CpuIsa isa, Args... args) {
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
-  switch (row_isa()) {
-    case RowIsa::avx512: return run_avx512<Kernel>(args...);
-    case RowIsa::avx2: return run_avx2<Kernel>(args...);
-    case RowIsa::baseline: break;
+  switch (isa) {
+    case CpuIsa::Avx512: return run_avx512<Kernel>(args...);
+    case CpuIsa::Avx2: return run_avx2<Kernel>(args...);
+    case CpuIsa::Widest:
+    case CpuIsa::Baseline: break;
   }
 #endif
   Kernel::body(args...);

@@ -145,8 +145,8 @@ struct LlamaAttentionImpl : torch::nn::Module {
     const auto B = x.size(0), T = x.size(1);
     auto [q, k, v] = nn::shared_input_linears<3>({q_proj.get(), k_proj.get(), v_proj.get()}, x, kernel.shared_input);
     auto split = [&](const at::Tensor& t, std::int64_t n) { return t.view({B, T, n, head_dim}).transpose(1, 2); };
-    at::Tensor qh = nn::apply_rotary(split(q, heads), cos, sin, kernel.row_kernels);
-    at::Tensor kh = nn::apply_rotary(split(k, kv_heads), cos, sin, kernel.row_kernels);
+    at::Tensor qh = nn::apply_rotary(split(q, heads), cos, sin, kernel.row_kernels, kernel.isa);
+    at::Tensor kh = nn::apply_rotary(split(k, kv_heads), cos, sin, kernel.row_kernels, kernel.isa);
     at::Tensor vh = split(v, kv_heads);
     bool causal = !mask.defined();
     if (cache != nullptr) {
@@ -200,9 +200,9 @@ TORCH_MODULE(LlamaMlp);
 struct LlamaDecoderLayerImpl : torch::nn::Module {
   explicit LlamaDecoderLayerImpl(const LlamaOptions& o)
       : self_attn(register_module("self_attn", LlamaAttention(o))), mlp(register_module("mlp", LlamaMlp(o))),
-        input_layernorm(register_module("input_layernorm", nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels))),
+        input_layernorm(register_module("input_layernorm", nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels, o.kernel.isa))),
         post_attention_layernorm(register_module("post_attention_layernorm",
-                                                 nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels))) {}
+                                                 nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels, o.kernel.isa))) {}
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask, LlamaKvCache* cache = nullptr, std::size_t layer = 0) {
     at::Tensor h = self_attn->forward(input_layernorm(x), cos, sin, mask, cache, layer);
@@ -221,7 +221,7 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
   explicit LlamaModelImpl(const LlamaOptions& o)
       : embed_tokens(register_module("embed_tokens", torch::nn::Embedding(o.vocab_size, o.hidden))),
         layers(register_module("layers", torch::nn::ModuleList())),
-        norm(register_module("norm", nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels))),
+        norm(register_module("norm", nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels, o.kernel.isa))),
         inv_freq_(rope_inverse_frequencies(o)) {
     for (std::int64_t i = 0; i < o.layers; ++i) layers->push_back(LlamaDecoderLayer(o));
   }

@@ -35,7 +35,9 @@
 #include <torch/nn/options/dropout.h>
 #include <torch/nn/pimpl.h>
 
+#include <ftopt/detail/row_kernels.hpp>
 #include <ftopt/error.hpp>
+#include <ftopt/kernel_options.hpp>
 
 namespace ftopt::nn {
 
@@ -67,11 +69,6 @@ template <class T>
 inline T dropped_or_scaled(T x, std::uint32_t bits, std::uint32_t threshold, double scale) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   return static_cast<T>(static_cast<Acc>(x) * (bits >= threshold ? static_cast<Acc>(scale) : Acc(0)));
-}
-
-inline bool dropout_avx2() {
-  static const bool available = __builtin_cpu_supports("avx2");
-  return available;
 }
 
 /// mix32 on 8 lanes.
@@ -135,11 +132,6 @@ __attribute__((target("avx2"))) inline std::int64_t dropout_avx2_bf16(const std:
   return i;
 }
 
-inline bool dropout_avx512() {
-  static const bool available = __builtin_cpu_supports("avx512f");
-  return available;
-}
-
 /// Every lane: the masked forms of the shifts and conversions below, whose unmasked forms GCC 12
 /// warns about (an "uninitialized" placeholder inside its own intrinsics).
 inline constexpr __mmask16 all16 = 0xFFFF;
@@ -199,10 +191,12 @@ __attribute__((target("avx512f"))) inline std::int64_t dropout_avx512_bf16(const
 }
 
 /// out[i] = in[i] * (keep(i) ? scale : 0), keep(i) when element i's 32-bit draw is >= threshold.
-/// `in` and `out` contiguous, of one floating type. The draws depend on (seed, i) only: the same
-/// on every thread count and with or without AVX2.
+/// `in` and `out` contiguous, of one floating type; `isa` the copy that runs (AVX-512 16 lanes at
+/// a time, then AVX2 8, then one by one; a copy row_isa resolved). The draws depend on (seed, i)
+/// only: the same on every thread count and instruction set.
 inline void apply_dropout_mask(const at::Tensor& in, at::Tensor& out, std::uint64_t seed, std::uint32_t threshold,
-                               double scale) {
+                               double scale, CpuIsa isa) {
+  const bool avx512 = isa == CpuIsa::Avx512, avx2 = avx512 || isa == CpuIsa::Avx2;
   const std::int64_t n = in.numel();
   const float s = static_cast<float>(scale);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, in.scalar_type(), "ftopt::nn::dropout", [&] {
@@ -218,7 +212,7 @@ inline void apply_dropout_mask(const at::Tensor& in, at::Tensor& out, std::uint6
         const std::int64_t stop = std::min<std::int64_t>(end, static_cast<std::int64_t>((high + 1) << 32));
         const DropoutKey key(seed, high);
         // (scalar_t is an alias here, not a template parameter: every branch compiles)
-        if (dropout_avx512()) {
+        if (avx512) {
           if constexpr (std::is_same_v<scalar_t, float>)
             i = dropout_avx512_float(reinterpret_cast<const float*>(x), reinterpret_cast<float*>(y), i, stop, key,
                                      threshold, s);
@@ -226,7 +220,7 @@ inline void apply_dropout_mask(const at::Tensor& in, at::Tensor& out, std::uint6
             i = dropout_avx512_bf16(reinterpret_cast<const std::uint16_t*>(x), reinterpret_cast<std::uint16_t*>(y), i,
                                     stop, key, threshold, s);
         }
-        if (dropout_avx2()) {
+        if (avx2) {
           if constexpr (std::is_same_v<scalar_t, float>)
             i = dropout_avx2_float(reinterpret_cast<const float*>(x), reinterpret_cast<float*>(y), i, stop, key,
                                    threshold, s);
@@ -244,21 +238,24 @@ inline void apply_dropout_mask(const at::Tensor& in, at::Tensor& out, std::uint6
 /// Dropout as an autograd function: the backward applies the same mask to the gradient, from the
 /// seed saved in the context.
 struct DropoutFunction : torch::autograd::Function<DropoutFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, double p, std::int64_t seed) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, double p, std::int64_t seed,
+                            std::int64_t isa) {
     ctx->saved_data["p"] = p;
     ctx->saved_data["seed"] = seed;
-    return masked(x, p, static_cast<std::uint64_t>(seed));
+    ctx->saved_data["isa"] = isa;
+    return masked(x, p, static_cast<std::uint64_t>(seed), static_cast<CpuIsa>(isa));
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto seed = static_cast<std::uint64_t>(ctx->saved_data["seed"].toInt());
-    return {masked(grads[0], ctx->saved_data["p"].toDouble(), seed), at::Tensor(), at::Tensor()};
+    const auto isa = static_cast<CpuIsa>(ctx->saved_data["isa"].toInt());
+    return {masked(grads[0], ctx->saved_data["p"].toDouble(), seed, isa), at::Tensor(), at::Tensor(), at::Tensor()};
   }
   /// t with seed's mask for p applied (the dropped elements 0, the others scaled by 1 / (1 - p)).
-  static at::Tensor masked(const at::Tensor& t, double p, std::uint64_t seed) {
+  static at::Tensor masked(const at::Tensor& t, double p, std::uint64_t seed, CpuIsa isa) {
     const at::Tensor in = t.contiguous();
     at::Tensor out = at::empty_like(in);
-    apply_dropout_mask(in, out, seed, threshold(p), 1.0 / (1.0 - p));
+    apply_dropout_mask(in, out, seed, threshold(p), 1.0 / (1.0 - p), isa);
     return out;
   }
   /// p * 2^32, the draws below which an element is dropped.
@@ -277,13 +274,15 @@ inline std::int64_t dropout_seed() {
 
 } // namespace detail
 
-/// torch.nn.functional.dropout(x, p, training) with ftopt's CPU kernel (see the top of this file).
-inline at::Tensor dropout(const at::Tensor& x, double p, bool training) {
+/// torch.nn.functional.dropout(x, p, training) with ftopt's CPU kernel (see the top of this file);
+/// `isa`: the kernel's copy (KernelOptions::isa).
+inline at::Tensor dropout(const at::Tensor& x, double p, bool training, CpuIsa isa = CpuIsa::Widest) {
   check(p >= 0 && p <= 1, "nn::dropout: p must be in [0, 1], got ", p);
   if (!training || p == 0 || x.numel() == 0) return x;
   if (p == 1) return x * 0;  // everything dropped, as torch.dropout: zeros that still carry a gradient
   if (!x.device().is_cpu() || !at::isFloatingType(x.scalar_type())) return at::dropout(x, p, true);
-  return detail::DropoutFunction::apply(x, p, detail::dropout_seed());
+  return detail::DropoutFunction::apply(x, p, detail::dropout_seed(),
+                                        static_cast<std::int64_t>(ftopt::detail::row_isa(isa)));
 }
 
 /// A drop-in for torch::nn::Dropout (same options, no parameters) that runs nn::dropout.

@@ -87,7 +87,9 @@ inline constexpr std::int64_t rms_norm_weight_rows = 32;
 
 struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
-                            double eps) {
+                            double eps, std::int64_t isa_code) {
+    const auto isa = static_cast<CpuIsa>(isa_code);
+    ctx->saved_data["isa"] = isa_code;
     const at::Tensor x = input.contiguous(), w = weight.contiguous();
     const std::int64_t n = x.size(-1), rows = x.numel() / n;
     at::Tensor y = at::empty_like(x);
@@ -95,7 +97,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
     float *yp = y.data_ptr<float>(), *rp = rstd.data_ptr<float>();
     at::parallel_for(0, rows, std::max<std::int64_t>(1, 32768 / n), [&](std::int64_t begin, std::int64_t end) {
-      ftopt::detail::run_widest<RmsNormForwardRows>(xp, wp, yp, rp, begin, end, n, static_cast<float>(eps));
+      ftopt::detail::run_on<RmsNormForwardRows>(isa, xp, wp, yp, rp, begin, end, n, static_cast<float>(eps));
     });
     ctx->save_for_backward({x, w, rstd});
     return y;
@@ -105,6 +107,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &w = saved[1], &rstd = saved[2];
+    const auto isa = static_cast<CpuIsa>(ctx->saved_data["isa"].toInt());
     const at::Tensor g = grads[0].to(at::kFloat).contiguous();
     const std::int64_t n = x.size(-1), rows = x.numel() / n;
     at::Tensor dx = at::empty_like(x);
@@ -118,7 +121,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
       float* pp = partial.data_ptr<float>();
       at::parallel_for(0, blocks, 1, [&](std::int64_t first, std::int64_t last) {
         for (std::int64_t b = first; b < last; ++b)
-          ftopt::detail::run_widest<RmsNormBackwardRows<true>>(gp, xp, wp, rp, dxp, pp + b * n,
+          ftopt::detail::run_on<RmsNormBackwardRows<true>>(isa, gp, xp, wp, rp, dxp, pp + b * n,
                                                                b * rms_norm_weight_rows,
                                                                std::min(rows, (b + 1) * rms_norm_weight_rows), n);
       });
@@ -131,11 +134,11 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
       });
     } else {
       at::parallel_for(0, rows, std::max<std::int64_t>(1, 32768 / n), [&](std::int64_t begin, std::int64_t end) {
-        ftopt::detail::run_widest<RmsNormBackwardRows<false>>(gp, xp, wp, rp, dxp, static_cast<float*>(nullptr),
+        ftopt::detail::run_on<RmsNormBackwardRows<false>>(isa, gp, xp, wp, rp, dxp, static_cast<float*>(nullptr),
                                                               begin, end, n);
       });
     }
-    return {ctx->needs_input_grad(0) ? dx : at::Tensor(), dw, at::Tensor()};
+    return {ctx->needs_input_grad(0) ? dx : at::Tensor(), dw, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -148,9 +151,12 @@ inline bool rms_norm_fuses(const at::Tensor& x, const at::Tensor& weight) {
 }
 
 /// transformers' LlamaRMSNorm over the last dimension of x; `fused`: through the kernel where it
-/// applies (rms_norm_fuses), else the ops as transformers writes them.
-inline at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused = true) {
-  if (fused && rms_norm_fuses(x, weight)) return detail::RmsNormFunction::apply(x, weight, eps);
+/// applies (rms_norm_fuses), else the ops as transformers writes them; `isa`: the kernel's copy
+/// (KernelOptions::isa).
+inline at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused = true,
+                           CpuIsa isa = CpuIsa::Widest) {
+  if (fused && rms_norm_fuses(x, weight))
+    return detail::RmsNormFunction::apply(x, weight, eps, static_cast<std::int64_t>(ftopt::detail::row_isa(isa)));
   const at::Tensor x32 = x.to(at::kFloat);
   const at::Tensor normalized = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight * normalized.to(x.scalar_type());
@@ -158,18 +164,20 @@ inline at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double
 
 class RmsNormImpl : public torch::nn::Cloneable<RmsNormImpl> {
 public:
-  /// `fused`: nn::rms_norm's kernel where it applies (KernelOptions::row_kernels).
-  RmsNormImpl(std::int64_t size, double eps, bool fused = true) : size(size), eps(eps), fused(fused) {
+  /// `fused`: nn::rms_norm's kernel where it applies (KernelOptions::row_kernels); `isa`: its copy.
+  RmsNormImpl(std::int64_t size, double eps, bool fused = true, CpuIsa isa = CpuIsa::Widest)
+      : size(size), eps(eps), fused(fused), isa(isa) {
     ftopt::detail::check(size >= 1 && eps >= 0, "nn::RmsNorm: size must be >= 1 and eps >= 0, got ", size, " and ", eps);
     reset();
   }
   void reset() override { weight = register_parameter("weight", torch::ones({size})); }
 
-  torch::Tensor forward(const torch::Tensor& x) { return rms_norm(x, weight, eps, fused); }
+  torch::Tensor forward(const torch::Tensor& x) { return rms_norm(x, weight, eps, fused, isa); }
 
   std::int64_t size;
   double eps;
   bool fused;
+  CpuIsa isa;
   torch::Tensor weight;
 };
 TORCH_MODULE(RmsNorm);

@@ -76,7 +76,7 @@ struct RotaryRows {
 
 /// The rotation of x (or by -angle, Backward) into a new contiguous [B, H, T, D] tensor.
 template <bool Backward>
-inline at::Tensor rotate(const at::Tensor& input, const at::Tensor& cos, const at::Tensor& sin) {
+inline at::Tensor rotate(const at::Tensor& input, const at::Tensor& cos, const at::Tensor& sin, CpuIsa isa) {
   const at::Tensor x = input.stride(-1) == 1 ? input : input.contiguous();
   const RotaryLayout layout{x.size(1), x.size(2), x.size(3), x.stride(0), x.stride(1), x.stride(2),
                             cos.dim() == 4 ? cos.stride(0) : 0};
@@ -85,10 +85,11 @@ inline at::Tensor rotate(const at::Tensor& input, const at::Tensor& cos, const a
   const float *c = cos.data_ptr<float>(), *s = sin.data_ptr<float>();
   at::parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / layout.dim), [&](std::int64_t begin, std::int64_t end) {
     if (x.scalar_type() == at::kFloat)
-      ftopt::detail::run_widest<RotaryRows<float, Backward>>(x.data_ptr<float>(), y.data_ptr<float>(), c, s, layout,
+      ftopt::detail::run_on<RotaryRows<float, Backward>>(isa, x.data_ptr<float>(), y.data_ptr<float>(), c, s, layout,
                                                              begin, end);
     else
-      ftopt::detail::run_widest<RotaryRows<std::uint16_t, Backward>>(
+      ftopt::detail::run_on<RotaryRows<std::uint16_t, Backward>>(
+          isa,
           reinterpret_cast<const std::uint16_t*>(x.data_ptr<at::BFloat16>()),
           reinterpret_cast<std::uint16_t*>(y.data_ptr<at::BFloat16>()), c, s, layout, begin, end);
   });
@@ -98,14 +99,16 @@ inline at::Tensor rotate(const at::Tensor& input, const at::Tensor& cos, const a
 struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
   /// cos and sin: float32, contiguous, [T, D] or [B, 1, T, D], already rounded to x's dtype.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
-                            const at::Tensor& sin) {
+                            const at::Tensor& sin, std::int64_t isa) {
     ctx->save_for_backward({cos, sin});
-    return rotate<false>(x, cos, sin);
+    ctx->saved_data["isa"] = isa;
+    return rotate<false>(x, cos, sin, static_cast<CpuIsa>(isa));
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    return {rotate<true>(grads[0].contiguous(), saved[0], saved[1]), at::Tensor(), at::Tensor()};
+    const auto isa = static_cast<CpuIsa>(ctx->saved_data["isa"].toInt());
+    return {rotate<true>(grads[0].contiguous(), saved[0], saved[1], isa), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -121,11 +124,13 @@ inline bool rotary_fuses(const at::Tensor& x, const at::Tensor& cos, const at::T
 
 /// x * cos + rotate_half(x) * sin, cos and sin cast to x's dtype first (as transformers' Llama
 /// does): x [B, H, T, D], cos and sin [T, D] or [B, 1, T, D]. `fused`: the kernel where it applies
-/// (rotary_fuses), else the ops.
-inline at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool fused = true) {
+/// (rotary_fuses), else the ops; `isa`: the kernel's copy (KernelOptions::isa).
+inline at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool fused = true,
+                               CpuIsa isa = CpuIsa::Widest) {
   if (fused && rotary_fuses(x, cos, sin))
     return detail::RotaryFunction::apply(x, cos.to(x.scalar_type()).to(at::kFloat).contiguous(),
-                                         sin.to(x.scalar_type()).to(at::kFloat).contiguous());
+                                         sin.to(x.scalar_type()).to(at::kFloat).contiguous(),
+                                         static_cast<std::int64_t>(ftopt::detail::row_isa(isa)));
   const at::Tensor c = cos.to(x.scalar_type()), s = sin.to(x.scalar_type());
   const auto half = x.size(-1) / 2;
   const at::Tensor rotated = at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
