@@ -1,5 +1,5 @@
 // data/text_set.hpp: the three layouts, what can be wrong with each, the stratified split's
-// laws, and a fuzz test of the CSV and JSONL readers (any bytes: a TextSet or an ftopt::Error).
+// laws (mutated CSV and JSONL files: tests/fuzz/readers.cpp).
 #include <fstream>
 #include <random>
 #include <set>
@@ -99,34 +99,4 @@ TEST_CASE("stratified_split: disjoint, complete, each class's share, the same fo
   CHECK(data::stratified_split(labels, 0.2, 5).second != test);
   CHECK(test::message_of([&] { data::stratified_split(labels, 1.0, 0); }).find("test_fraction must be in (0, 1), got 1") !=
         std::string::npos);
-}
-
-TEST_CASE("load_csv and load_jsonl: fuzz: mutated files give a TextSet or an ftopt::Error", "[data]") {
-  test::ScratchDir dir("text-fuzz");
-  const std::string csv = "text,label\n\"a, \"\"b\"\"\",pos\nplain,neg\n\"multi\nline\",pos\n";
-  const std::string jsonl = "{\"text\": \"caf\xC3\xA9\", \"label\": \"a\"}\n{\"text\": \"x\", \"label\": \"b\"}\n";
-  std::mt19937_64 rng(11);
-  int read = 0;
-  for (int round = 0; round < 1000; ++round) {
-    const bool is_csv = round % 2 == 0;
-    std::string bytes = is_csv ? csv : jsonl;
-    for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n; ++k) {
-      const auto at = rng() % bytes.size();
-      switch (rng() % 3) {
-      case 0: bytes[at] = static_cast<char>(rng()); break;
-      case 1: bytes.erase(at, 1); break;
-      default: bytes.insert(at, 1, "\",\n\r{}\\\xC3"[rng() % 9]);
-      }
-    }
-    const auto path = dir.path / (is_csv ? "f.csv" : "f.jsonl");
-    write(path, bytes);
-    try {
-      const auto set = is_csv ? data::load_csv(path) : data::load_jsonl(path);
-      REQUIRE(set.texts.size() == set.labels.size());
-      for (auto label : set.labels) REQUIRE((label >= 0 && label < static_cast<std::int64_t>(set.classes.size())));
-      ++read;
-    } catch (const ftopt::Error&) {
-    }
-  }
-  CHECK(read > 0);
 }

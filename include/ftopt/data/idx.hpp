@@ -135,16 +135,25 @@ inline at::Tensor read_idx(const std::filesystem::path& path) {
     check(size <= static_cast<std::uint32_t>(INT32_MAX), where, "dimension ", d, " has size ",
           size, ", more than an int32 holds");
     sizes[static_cast<std::size_t>(d)] = size;
+    check(size == 0 || count <= (std::size_t{1} << 48) / size, where, "the header announces more than 2^48 values");
     count *= size;
   }
 
-  at::Tensor values = at::empty(sizes, at::TensorOptions().dtype(type->dtype));
+  // The values read in pieces before the tensor is made, so that a header announcing more than
+  // the file holds costs no more memory than the file.
   const std::size_t bytes = count * type->bytes;
-  auto* data = static_cast<unsigned char*>(values.data_ptr());
-  const std::size_t got = file.read(data, bytes);
-  check(got == bytes, where, "truncated: the header announces ", count, " values (", bytes,
-        " bytes) but the file holds ", got, " bytes of data");
+  std::vector<unsigned char> buffer;
+  for (std::size_t got = 0; got < bytes;) {
+    buffer.resize(std::min(bytes, got + (std::size_t{1} << 24)));
+    const std::size_t n = file.read(buffer.data() + got, buffer.size() - got);
+    got += n;
+    check(got == buffer.size(), where, "truncated: the header announces ", count, " values (", bytes,
+          " bytes) but the file holds ", got, " bytes of data");
+  }
   check(file.at_end(), where, "has bytes past the ", count, " values its header announces");
+  at::Tensor values = at::empty(sizes, at::TensorOptions().dtype(type->dtype));
+  auto* data = static_cast<unsigned char*>(values.data_ptr());
+  if (bytes > 0) std::memcpy(data, buffer.data(), bytes);
   detail::from_big_endian(data, count, type->bytes);
   return values;
 }

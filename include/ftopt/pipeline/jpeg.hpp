@@ -85,6 +85,11 @@ inline at::Tensor decode_jpeg_bytes(const std::vector<unsigned char>& bytes, con
                                            &width, &height, &subsampling, &colorspace) != 0)
     ftopt::detail::fail("pipeline::decode_jpeg: ", source, " is not a readable JPEG (",
                         bytes.empty() ? std::string("empty file") : handle.error(), ")");
+  // A header's sizes are not to be trusted before the data is decoded: a 16-bit width and height
+  // could ask for gigabytes. Beyond 2^28 pixels (16384 x 16384) is refused.
+  ftopt::detail::check(width > 0 && height > 0 && static_cast<std::int64_t>(width) * height <= (std::int64_t{1} << 28),
+                       "pipeline::decode_jpeg: ", source, " is ", width, " x ", height,
+                       " pixels, more than decode_jpeg takes (2^28 pixels)");
   const int channels = options.channels != 0 ? options.channels : (colorspace == TJCS_GRAY ? 1 : 3);
   int w = width, h = height;
   if (options.min_size > 0) {

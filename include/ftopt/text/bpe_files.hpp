@@ -158,9 +158,14 @@ ByteLevelBpe bpe_from_tokenizer_json(const std::filesystem::path& path) {
   if (std::filesystem::is_regular_file(config)) {
     const Json c = ftopt::detail::read_json_file<Json>(config, "text::ByteLevelBpe: " + config.string());
     auto id_of = [&](const char* key) -> std::int64_t {
-      if (!c.contains(key) || c[key].is_null()) return -1;
-      const std::string content = c[key].is_string() ? c[key].template get<std::string>()
-                                                     : c[key].value("content", std::string());
+      if (!c.is_object() || !c.contains(key) || c[key].is_null()) return -1;
+      std::string content;
+      try {
+        content = c[key].is_string() ? c[key].template get<std::string>() : c[key].value("content", std::string());
+      } catch (const typename Json::exception& e) {
+        fail("text::ByteLevelBpe: ", config.string(), ": ", key, " is neither a string nor {\"content\": a string} (",
+             e.what(), ")");
+      }
       for (std::size_t id = 0; id < v.tokens.size(); ++id)
         if (v.tokens[id] == content) return static_cast<std::int64_t>(id);
       fail("text::ByteLevelBpe: ", config.string(), ": ", key, " '", content, "' is not a token of ", path.string());

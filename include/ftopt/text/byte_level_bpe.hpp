@@ -198,6 +198,7 @@ public:
     for (const auto id : vocabulary_.added) {
       check(id >= 0 && static_cast<std::size_t>(id) < n, source_, ": added token id ", id, " is outside the ", n,
             " tokens");
+      check(!token(id).empty(), source_, ": added token ", id, " is empty (it would match everywhere)");
       added_.push_back(id);
     }
     // Longest first, so that a scan takes the longest added token starting at a place.

@@ -267,6 +267,28 @@ private:
     return v;
   }
 
+  /// A tensor's view of its storage (`numel` elements) stays inside it: sizes and strides of one
+  /// length, none negative, and the last element it reaches before the storage's end.
+  void check_view(std::int64_t numel, const std::vector<std::int64_t>& sizes, const std::vector<std::int64_t>& strides,
+                  std::int64_t offset, const std::string& name) const {
+    ftopt::detail::check(sizes.size() == strides.size() && offset >= 0, where_, ": malformed ", name,
+                         " arguments (", sizes.size(), " sizes, ", strides.size(), " strides, offset ", offset, ")");
+    std::int64_t last = offset;
+    bool empty = false;
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      ftopt::detail::check(sizes[d] >= 0 && strides[d] >= 0, where_, ": malformed ", name,
+                           " arguments (a negative size or stride)");
+      empty = empty || sizes[d] == 0;
+      if (sizes[d] > 0 && strides[d] > 0) {
+        ftopt::detail::check(sizes[d] - 1 <= (numel - last) / strides[d], where_, ": a tensor's view (sizes and strides) "
+                             "reaches past its storage of ", numel, " elements");
+        last += (sizes[d] - 1) * strides[d];
+      }
+    }
+    ftopt::detail::check(empty || last < numel, where_, ": a tensor's view starts at element ", offset,
+                         " of a storage of ", numel);
+  }
+
   ValuePtr reduce(const ValuePtr& callable, const ValuePtr& args) {
     ftopt::detail::check(callable->kind == Value::Kind::Global, where_, ": malformed pickle (REDUCE on a non-callable)");
     const auto& name = callable->text;
@@ -281,8 +303,10 @@ private:
     if (name == "torch._utils._rebuild_tensor_v2" || name == "torch._utils._rebuild_tensor") {
       ftopt::detail::check(a.size() >= 4 && a[0]->kind == Value::Kind::Tensor && a[1]->kind == Value::Kind::Int,
                            where_, ": malformed ", name, " arguments");
+      const auto sizes = int_list(a[2], where_), strides = int_list(a[3], where_);
+      check_view(a[0]->tensor.numel(), sizes, strides, a[1]->integer, name);
       auto t = Value::make(Value::Kind::Tensor);
-      t->tensor = a[0]->tensor.as_strided(int_list(a[2], where_), int_list(a[3], where_), a[1]->integer);
+      t->tensor = a[0]->tensor.as_strided(sizes, strides, a[1]->integer);
       return t;
     }
     if (name == "torch._utils._rebuild_parameter" || name == "torch._utils._rebuild_parameter_with_state") {

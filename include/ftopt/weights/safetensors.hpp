@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json_fwd.hpp>
@@ -46,8 +47,8 @@ StateDict load_safetensors(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::uint64_t header_size = 0;
   in.read(reinterpret_cast<char*>(&header_size), 8);
-  check(in.good() && header_size > 0 && 8 + header_size <= file_size, where,
-        ": the header size ", header_size, " does not fit a file of ", file_size, " bytes");
+  check(in.good() && header_size > 0 && file_size >= 8 && header_size <= file_size - 8, where, ": the header size ",
+        header_size, " does not fit a file of ", file_size, " bytes");
   std::string text(header_size, '\0');
   in.read(text.data(), static_cast<std::streamsize>(header_size));
   Json header;
@@ -63,27 +64,56 @@ StateDict load_safetensors(const std::filesystem::path& path) {
 
   // The header's own order is the JSON object's; keep the file's byte order instead, as
   // safetensors writers lay tensors out in their order.
-  std::vector<std::pair<std::uint64_t, std::string>> order;
-  for (auto it = header.begin(); it != header.end(); ++it)
-    if (it.key() != "__metadata__")
-      order.emplace_back(it.value().at("data_offsets").at(0).template get<std::uint64_t>(), it.key());
-  std::sort(order.begin(), order.end());
-
-  StateDict out;
-  for (const auto& [offset, name] : order) {
-    const auto& info = header[name];
-    const auto dtype_name = info.at("dtype").template get<std::string>();
-    auto dtype = detail::safetensors_dtypes().find(dtype_name);
+  // Each entry read whole before anything is allocated: its dtype, shape and offsets, every field
+  // of the right JSON type, the bytes the shape needs equal to the span the offsets give.
+  struct Entry {
+    std::string name;
+    at::ScalarType dtype;
+    std::vector<std::int64_t> shape;
+    std::uint64_t begin, end;
+  };
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const std::string& name = it.key();
+    std::string dtype_name;
+    Entry e{name, at::kFloat, {}, 0, 0};
+    std::vector<std::uint64_t> offsets;
+    try {
+      dtype_name = it.value().at("dtype").template get<std::string>();
+      e.shape = it.value().at("shape").template get<std::vector<std::int64_t>>();
+      offsets = it.value().at("data_offsets").template get<std::vector<std::uint64_t>>();
+    } catch (const typename Json::exception& error) {
+      ftopt::detail::fail(where, ": tensor ", name, " needs dtype (a string), shape (a list of sizes) and "
+                          "data_offsets (two byte offsets) in the header (", error.what(), ")");
+    }
+    const auto dtype = detail::safetensors_dtypes().find(dtype_name);
     check(dtype != detail::safetensors_dtypes().end(), where, ": tensor ", name, " has unsupported dtype ", dtype_name);
-    auto shape = info.at("shape").template get<std::vector<std::int64_t>>();
-    auto offsets = info.at("data_offsets").template get<std::vector<std::uint64_t>>();
+    e.dtype = dtype->second;
     check(offsets.size() == 2 && offsets[0] <= offsets[1] && offsets[1] <= data_size, where, ": tensor ",
           name, " has data_offsets outside the file's ", data_size, " data bytes");
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype->second));
-    check(t.nbytes() == offsets[1] - offsets[0], where, ": tensor ", name, " of shape ", t.sizes(), " and dtype ",
-          dtype_name, " needs ", t.nbytes(), " bytes, its data_offsets span ", offsets[1] - offsets[0]);
-    std::memcpy(t.data_ptr(), data.data() + offsets[0], t.nbytes());
-    out.insert(name, t);
+    e.begin = offsets[0], e.end = offsets[1];
+    // The bytes the shape needs, without overflow: no more than the span can hold.
+    std::uint64_t bytes = at::elementSize(e.dtype);
+    for (const auto size : e.shape) {
+      check(size >= 0, where, ": tensor ", name, " has a negative size ", size, " in its shape");
+      check(size == 0 || bytes <= (e.end - e.begin) / static_cast<std::uint64_t>(size), where,
+            ": tensor ", name, " of dtype ", dtype_name, " needs more bytes than its data_offsets span (",
+            e.end - e.begin, ")");
+      bytes *= static_cast<std::uint64_t>(size);
+    }
+    check(bytes == e.end - e.begin, where, ": tensor ", name, " of shape ", at::IntArrayRef(e.shape), " and dtype ",
+          dtype_name, " needs ", bytes, " bytes, its data_offsets span ", e.end - e.begin);
+    entries.push_back(std::move(e));
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return std::tie(a.begin, a.name) < std::tie(b.begin, b.name); });
+
+  StateDict out;
+  for (const auto& e : entries) {
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+    if (t.nbytes() > 0) std::memcpy(t.data_ptr(), data.data() + e.begin, t.nbytes());
+    out.insert(e.name, t);
   }
   return out;
 }

@@ -37,6 +37,7 @@ inline StateDict to_state_dict(const pickle::ValuePtr& root, const std::string& 
   StateDict out;
   for (const auto& [k, v] : dict->entries) {
     ftopt::detail::check(k->kind == Kind::String, where, ": a key of the dict is not a string");
+    ftopt::detail::check(out.find(k->text) == nullptr, where, ": the key '", k->text, "' appears twice");
     if (v->kind == Kind::Tensor) {
       out.insert(k->text, v->tensor);
       continue;
@@ -68,18 +69,28 @@ inline StateDict load_torch_file(const std::filesystem::path& path, const std::s
   } catch (const std::exception& e) {
     ftopt::detail::fail(where, ": not a readable torch.save archive (", e.what(), ")");
   }
-  ftopt::detail::check(reader->hasRecord("data.pkl"), where, ": has no data.pkl (not written by torch.save)");
-  auto [pickle_data, pickle_size] = reader->getRecord("data.pkl");
+  // A record, or an ftopt::Error naming it when the archive cannot give it (a broken zip entry).
+  auto record = [&](const std::string& name) {
+    try {
+      ftopt::detail::check(reader->hasRecord(name), where, ": record ", name, " is missing",
+                           name == "data.pkl" ? " (not written by torch.save)" : "");
+      return reader->getRecord(name);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      ftopt::detail::fail(where, ": record ", name, " cannot be read (", e.what(), ")");
+    }
+  };
+  auto [pickle_data, pickle_size] = record("data.pkl");
   const std::string_view bytes(static_cast<const char*>(pickle_data.get()), pickle_size);
-  auto load_storage = [&](const std::string& record, at::ScalarType dtype, std::int64_t numel) {
-    const std::string name = "data/" + record;
-    ftopt::detail::check(reader->hasRecord(name), where, ": storage record ", name, " is missing");
-    auto [data, size] = reader->getRecord(name);
-    const auto bytes_needed = static_cast<std::size_t>(numel) * c10::elementSize(dtype);
-    ftopt::detail::check(size >= bytes_needed, where, ": storage ", name, " holds ", size,
-                         " bytes, ", bytes_needed, " needed");
+  auto load_storage = [&](const std::string& key, at::ScalarType dtype, std::int64_t numel) {
+    const std::string name = "data/" + key;
+    auto [data, size] = record(name);
+    const auto element = c10::elementSize(dtype);
+    ftopt::detail::check(numel >= 0 && static_cast<std::uint64_t>(numel) <= size / element, where, ": storage ", name,
+                         " holds ", size, " bytes, ", numel, " elements of ", element, " bytes needed");
     at::Tensor storage = at::empty({numel}, at::TensorOptions().dtype(dtype));
-    std::memcpy(storage.data_ptr(), data.get(), bytes_needed);
+    if (numel > 0) std::memcpy(storage.data_ptr(), data.get(), static_cast<std::size_t>(numel) * element);
     return storage;
   };
   return detail::to_state_dict(pickle::read(bytes, load_storage, where), key, where);

@@ -97,7 +97,10 @@ void write_adapter(const torch::nn::Module& module, const std::filesystem::path&
 template <class Json>
 Json read_config(const std::filesystem::path& path, const std::string& peft_type, const std::string& where) {
   const Json config = ftopt::detail::read_json_file<Json>(path, where);
-  const std::string found = config.is_object() ? config.value("peft_type", "") : "";
+  const std::string found =
+      config.is_object() && config.contains("peft_type") && config["peft_type"].is_string()
+          ? config["peft_type"].template get<std::string>()
+          : "";
   ftopt::detail::check(found == peft_type, where, ": peft_type is '", found, "', not '", peft_type, "'");
   return config;
 }
@@ -188,12 +191,15 @@ weights::LoadReport load_adapter(torch::nn::Module& module, const std::filesyste
       key.erase(at + 1, std::string("modules_to_save.").size());
       if (file.contains(prefix + key)) continue;
     }
-    if (const auto found = own_key_of.find(key); found != own_key_of.end())
-      renamed.insert(found->second, item.value());
-    else if (own.contains(key))
-      renamed.insert(key, item.value());
-    else
+    const auto found = own_key_of.find(key);
+    const std::string own_key = found != own_key_of.end() ? found->second : own.contains(key) ? key : "";
+    if (own_key.empty()) {
       stray.push_back(item.key());
+      continue;
+    }
+    ftopt::detail::check(!renamed.contains(own_key), "load_adapter: ", path.string(), ": two tensors name ", own_key,
+                         " (the second: ", item.key(), ")");
+    renamed.insert(own_key, item.value());
   }
   ftopt::detail::check(stray.empty(), "load_adapter: ", path.string(), ": ", stray.size(),
                        " tensors have no place in the model (is the same adapter attached?), first: ",
