@@ -8,7 +8,15 @@ are split into chains, each ordered so that every header includes all the ones b
 one source file per chain checks them all: the fewest chains (Dilworth's theorem, from a
 maximum matching) for the fewest parses of LibTorch's headers.
 
-  header_chains.py write INCLUDE_DIR OUT_DIR    one chain_NN.cpp per chain in OUT_DIR
+Most of a chain's time is LibTorch's headers. A chain may start from a precompiled LibTorch header
+P and check its headers as strictly, when P is one its first header includes (through ftopt's
+headers, unconditionally): then every header of the chain includes P when compiled alone, and
+P coming first hides nothing from the check, since a header that uses P's declarations without
+including P is a header whose closure lacks P, which no chain of P holds, so it is checked
+without P. Each chain takes the first of PRECOMPILED that its first header includes, or none.
+
+  header_chains.py write INCLUDE_DIR OUT_DIR    one chain_<tier>_NNN.cpp per chain in OUT_DIR
+                                                (tier: a key of PRECOMPILED, or plain)
   header_chains.py verify INCLUDE_DIR OUT_DIR   exit 1 when the chains no longer hold (a
                                                 header added, removed or including otherwise)
 """
@@ -17,21 +25,34 @@ import re
 import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*<(ftopt[^>]*)>')
+ANY_INCLUDE = re.compile(r'^\s*#\s*include\s*<([^>]*)>')
+# The precompiled LibTorch headers a chain may start from, the largest first (cmake's tiers).
+PRECOMPILED = {'module': 'torch/nn/module.h', 'aten': 'ATen/ATen.h', 'tensor': 'ATen/core/Tensor.h'}
 CONDITION_OPEN = re.compile(r'^\s*#\s*if')
 CONDITION_CLOSE = re.compile(r'^\s*#\s*endif')
 
 
-def unconditional_includes(path):
-    """The ftopt headers `path` includes outside any #if block (include guards are #pragma once)."""
+def unconditional_includes(path, pattern=INCLUDE):
+    """The ftopt headers (or, with ANY_INCLUDE, every header) `path` includes outside any #if
+    block (include guards are #pragma once)."""
     depth, out = 0, []
     for line in path.read_text().splitlines():
         if CONDITION_OPEN.match(line):
             depth += 1
         elif CONDITION_CLOSE.match(line):
             depth -= 1
-        elif depth == 0 and (m := INCLUDE.match(line)):
+        elif depth == 0 and (m := pattern.match(line)):
             out.append(m.group(1))
     return out
+
+
+def tier(root, closure, first):
+    """The key of the first PRECOMPILED header that `first` includes through ftopt's headers, or
+    'plain'."""
+    included = set()
+    for h in {first} | closure[first]:
+        included |= set(unconditional_includes(root / h, ANY_INCLUDE))
+    return next((key for key, header in PRECOMPILED.items() if header in included), 'plain')
 
 
 def closures(root):
@@ -89,12 +110,16 @@ def main(mode, include_dir, out_dir):
         for i, chain in enumerate(chains(closure)):
             text = '// Each header includes every one above it (cmake/header_chains.py).\n'
             text += ''.join(f'#include <{h}>\n' for h in chain)
-            (out / f'chain_{i:03d}.cpp').write_text(text)
+            (out / f'chain_{tier(root, closure, chain[0])}_{i:03d}.cpp').write_text(text)
         return 0
     seen = []
     for path in sorted(out.glob('chain_*.cpp')):
         chain = read_chain(path)
         seen += chain
+        if chain and chain[0] in closure and path.name.split('_')[1] != tier(root, closure, chain[0]):
+            print(f'header check: {path.name} no longer starts from that precompiled header ({chain[0]} '
+                  f'includes otherwise): re-run cmake', file=sys.stderr)
+            return 1
         for i, h in enumerate(chain):
             earlier = set(chain[:i])
             if h not in closure or not earlier <= closure[h]:

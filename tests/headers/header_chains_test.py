@@ -73,6 +73,22 @@ class HeaderChains(unittest.TestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn("ftopt/new.hpp", result.stderr)
 
+    def test_a_chain_starts_from_the_largest_precompiled_header_its_first_header_includes(self):
+        # a includes <ATen/ATen.h> (b through a; c directly <torch/nn/module.h> too); d nothing.
+        tree = Tree({"a.hpp": "#include <ATen/ATen.h>\n", "b.hpp": include("a.hpp"),
+                     "c.hpp": "#include <torch/nn/module.h>\n" + include("a.hpp"), "d.hpp": "#include <vector>\n"})
+        self.assertEqual(tree.run("write").returncode, 0)
+        tiers = sorted((p.name.split("_")[1], re.findall(r"#include <ftopt/(.*)>", p.read_text())[0])
+                       for p in tree.out.glob("chain_*.cpp"))
+        self.assertIn(("aten", "a.hpp"), tiers)
+        self.assertIn(("plain", "d.hpp"), tiers)
+        self.assertEqual(tree.run("verify").returncode, 0)
+        # a no longer includes ATen: its chain may not start from ATen's precompiled header.
+        tree.write({"a.hpp": "#if FTOPT_X\n#include <ATen/ATen.h>\n#endif\n"})
+        result = tree.run("verify")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("no longer starts from that precompiled header", result.stderr)
+
     def test_a_bad_command_prints_the_usage(self):
         result = subprocess.run([sys.executable, str(SCRIPT), "check"], capture_output=True, text=True)
         self.assertEqual(result.returncode, 2)
