@@ -100,7 +100,7 @@ void write_json(const std::vector<std::pair<std::string, Row>>& sorted, double t
   nlohmann::json out;
   out["context"] = {{"date", date}, {"executable", "bench_" + name},
                     {"num_cpus", ftopt::hardware::available_cpus()}, {"what", what}};
-  for (const auto& [key, value] : ftopt::bench::machine_context()) out["context"][key] = value;
+  for (const auto& [key, value] : ftopt::bench::machine_context(ftopt::bench::bench_threads())) out["context"][key] = value;
   auto run = [](const std::string& op, double ms) {
     return nlohmann::json{{"name", op}, {"run_name", op}, {"run_type", "iteration"}, {"iterations", 1},
                           {"real_time", ms}, {"cpu_time", ms}, {"time_unit", "ms"}};

@@ -26,11 +26,16 @@
 // (sdpa, plain AdamW, eager) over ftopt_fused_ms; compile seconds and dynamo's graph-break and
 // graph counts per compiled contender. In the bf16 cases a further turn times a 1024^3 bf16 GEMM
 // (gemm_gflops, the machine's bf16 GEMM rate), and ceiling_pct is the step's GEMM FLOPs (counted
-// from the shapes) over ftopt's fused step time, as a share of that rate.
+// from the shapes) over ftopt's fused step time, as a share of that rate. The LLM step's memory,
+// each side in a fresh process, the same quantity on both: the peak resident set minus the
+// resident set after the model and optimizer are made and before the first step (ftopt_rss_MiB;
+// py_rss_MiB with transformers' loss over the logits, py_chunked_rss_MiB with the chunked loss),
+// and ftopt's tracked tensor bytes at the step's peak (ftopt_tensor_peak_MiB), another quantity.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -76,15 +81,16 @@ double median_of(int n, Step& step) {
 }
 
 /// How one Python contender runs: attention sdpa | eager | fastest | -, optimizer adamw | fused
-/// | -, mode eager | default | max-autotune-no-cudagraphs.
+/// | -, mode eager | default | max-autotune-no-cudagraphs; loss "" (the model's own, over the
+/// logits) or chunked (the LLM's loss over the hidden states in chunks: python_peer.py).
 struct PythonWay {
-  std::string attention, optimizer, mode;
+  std::string attention, optimizer, mode, loss;
   std::string name() const {
     auto part = [](std::string s) {
       std::replace(s.begin(), s.end(), '-', '_');
-      return s == "_" ? std::string() : s + "_";
+      return s == "_" || s.empty() ? std::string() : s + "_";
     };
-    std::string n = "py_" + part(attention) + part(optimizer) + part(mode);
+    std::string n = "py_" + part(attention) + part(optimizer) + part(mode) + part(loss);
     n.pop_back();
     return n;
   }
@@ -96,7 +102,7 @@ public:
   PythonPeer(const std::string& case_name, const PythonWay& way, int threads)
       : way_(way), process_(std::make_unique<ftopt::bench::PythonProcess>(FTOPT_PYTHON_EXE, FTOPT_PEER_SCRIPT)) {
     const auto ready = process_->ask("setup " + case_name + " " + way.attention + " " + way.optimizer + " " + way.mode +
-                                    " " + std::to_string(threads));
+                                    " " + std::to_string(threads) + (way.loss.empty() ? "" : " " + way.loss));
     char attention[32] = "";
     if (std::sscanf(ready.c_str(), "ready %lf %31s %d %d", &setup_seconds_, attention, &graph_breaks_, &graphs_) != 4)
       throw std::runtime_error("python peer (" + case_name + ", " + way.name() + ") did not set up: '" + ready +
@@ -106,7 +112,8 @@ public:
 
   /// The median of `n` steps run back to back, as timed by Python (seconds).
   double steps(int n) { return std::stod(process_->ask("steps " + std::to_string(n))); }
-  /// MiB the process's resident memory grew by, at its highest, since before the model was made.
+  /// MiB the process's resident set grew by, at its highest (VmHWM), from after the model and
+  /// optimizer were made and before the first step.
   double peak_mib() { return std::stod(process_->ask("memory")); }
   /// Ends the process (what it measured stays readable here).
   void quit() { process_.reset(); }
@@ -127,13 +134,21 @@ private:
 
 /// The ways a Python user runs a training step: transformers' defaults with plain AdamW (what most
 /// users write, first), attention written out, fused AdamW, and torch.compile in its two CPU
-/// modes. A model without attention runs the same ways less the attention choice.
-std::vector<PythonWay> training_ways(bool has_attention) {
+/// modes. A model without attention runs the same ways less the attention choice. A causal LM
+/// (`chunked_loss`) also runs the careful Python user's loss, chunked over the hidden states, with
+/// fused AdamW: eager with either attention, and compiled.
+std::vector<PythonWay> training_ways(bool has_attention, bool chunked_loss = false) {
   if (!has_attention)
     return {{"-", "adamw", "eager"}, {"-", "fused", "eager"}, {"-", "fused", "default"},
             {"-", "fused", "max-autotune-no-cudagraphs"}};
-  return {{"sdpa", "adamw", "eager"},  {"eager", "adamw", "eager"},     {"sdpa", "fused", "eager"},
-          {"eager", "fused", "eager"}, {"fastest", "fused", "default"}, {"fastest", "fused", "max-autotune-no-cudagraphs"}};
+  std::vector<PythonWay> ways = {{"sdpa", "adamw", "eager"},      {"eager", "adamw", "eager"},
+                                 {"sdpa", "fused", "eager"},      {"eager", "fused", "eager"},
+                                 {"fastest", "fused", "default"}, {"fastest", "fused", "max-autotune-no-cudagraphs"}};
+  if (chunked_loss)
+    ways.insert(ways.end(), {{"sdpa", "fused", "eager", "chunked"},
+                             {"eager", "fused", "eager", "chunked"},
+                             {"fastest", "fused", "default", "chunked"}});
+  return ways;
 }
 
 /// One 1024^3 bf16 GEMM's rate (GFLOP/s): the best of five, after one warm-up.
@@ -153,14 +168,15 @@ double bf16_gemm_gflops() {
 /// step_gemm_flop > 0 adds the bf16 GEMM rate as a further turn. With `rounds` > 0, for a model
 /// too large for every Python process at once, one Python process lives at a time: each way's
 /// steps are timed in rotation with ftopt's two for `rounds` rounds, ftopt's medians over all of
-/// them; and each process reports its memory (python_peak_MiB, the way with sdpa attention,
-/// fused AdamW, eager).
+/// them; and the processes of sdpa attention, fused AdamW, eager report their memory (py_rss_MiB
+/// with the model's own loss, py_chunked_rss_MiB with the chunked one). `chunked_loss`: the
+/// Python ways include the chunked loss (a causal LM).
 template <class Step, class FusedStep>
 void compare(benchmark::State& state, const std::string& case_name, bool has_attention, int burst, Step ftopt_step,
-             FusedStep fused_step, double step_gemm_flop = 0, int rounds = 0) {
+             FusedStep fused_step, double step_gemm_flop = 0, int rounds = 0, bool chunked_loss = false) {
   const int threads = bench_threads();
   at::set_num_threads(threads);
-  const auto ways = training_ways(has_attention);
+  const auto ways = training_ways(has_attention, chunked_loss);
   std::vector<std::unique_ptr<PythonPeer>> peers;
   if (rounds == 0)
     for (const auto& way : ways) peers.push_back(std::make_unique<PythonPeer>(case_name, way, threads));
@@ -194,7 +210,7 @@ void compare(benchmark::State& state, const std::string& case_name, bool has_att
       fused_s.insert(fused_s.end(), measured[1].begin(), measured[1].end());
       python_ms.push_back(ftopt::bench::median(measured[2]) * 1e3);
       if (way.attention == "sdpa" && way.optimizer == "fused" && way.mode == "eager")
-        state.counters["python_peak_MiB"] = peer->peak_mib();
+        state.counters[way.loss.empty() ? "py_rss_MiB" : "py_" + way.loss + "_rss_MiB"] = peer->peak_mib();
       peers.push_back(std::move(peer));
       peers.back()->quit();  // its memory goes back before the next way's process starts
     }
@@ -323,41 +339,79 @@ void bert_fp32_full(benchmark::State& state) { bert_case<ftopt::precision::Fp32>
 /// the labels the ids; LoRA r 16 on all seven projections (PEFT's recipe, dropout 0.05) under
 /// bf16 autocast. ftopt trains it as the main job's LLM task does, with the fused linear
 /// cross-entropy over the hidden states (loss::fused_causal_lm); ftopt_adamw with torch's AdamW,
-/// ftopt_fused with optim::FusedAdamW. Python: transformers + PEFT, its loss over the logits.
-void llama_bf16_lora(benchmark::State& state) {
+/// ftopt_fused with optim::FusedAdamW. Python: transformers + PEFT, its loss over the logits, and
+/// the chunked loss over the hidden states (python_peer.py's ChunkedCausalLm).
+struct LlamaCase {
   using Trainer = ftopt::Trainer<ftopt::precision::Bf16Mixed, ftopt::peft::Lora>;
-  const auto ids = torch::randint(100, 49000, {8, 256}, torch::kLong);
-  const std::pair batch{ids, ids};
-  const ftopt::peft::Lora lora({.r = 16, .alpha = 32, .dropout = 0.05,
-                                .targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}});
-  auto make = [] {
+  template <class Optimizer>
+  using Setup = ::Setup<Trainer, ftopt::models::Llama, Optimizer>;
+
+  torch::Tensor ids = torch::randint(100, 49000, {8, 256}, torch::kLong);
+  std::pair<torch::Tensor, torch::Tensor> batch{ids, ids};
+  ftopt::peft::Lora lora{{.r = 16, .alpha = 32, .dropout = 0.05,
+                          .targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}};
+  static ftopt::models::Llama make() {
     ftopt::models::Llama model(ftopt::models::LlamaOptions{});
     model->output_hidden = true;
     return model;
-  };
-  const std::function<ftopt::LossFunction(ftopt::models::Llama&)> loss = [](ftopt::models::Llama& model) {
-    return ftopt::loss::fused_causal_lm([m = model.ptr()] { return m->head_weight(); });
-  };
-  {  // the whole step's memory, of a setup made alone: everything it allocates is tracked
-    using ftopt::memory::PeakMemory;
-    PeakMemory::reset();
-    const auto before = PeakMemory::current();
-    torch::manual_seed(0);
-    Setup<Trainer, ftopt::models::Llama, ftopt::optim::FusedAdamW> alone(make, lora, loss);
-    alone.step(batch);
-    alone.step(batch);  // the optimizer's state exists
-    PeakMemory::reset();
-    const auto live = PeakMemory::current() - before;
-    alone.step(batch);
-    state.counters["ftopt_peak_MiB"] = static_cast<double>(live + PeakMemory::peak()) / (1 << 20);
   }
-  torch::manual_seed(0);
-  Setup<Trainer, ftopt::models::Llama, torch::optim::AdamW> plain(make, lora, loss);
-  torch::manual_seed(0);
-  Setup<Trainer, ftopt::models::Llama, ftopt::optim::FusedAdamW> fused(make, lora, loss);
-  compare(state, "llama_bf16_lora", true, 1, [&] { plain.step(batch); }, [&] { fused.step(batch); }, 0,
-          /*rounds=*/3);
-  state.counters["peak_share"] = state.counters["ftopt_peak_MiB"] / state.counters["python_peak_MiB"];
+  static ftopt::LossFunction loss(ftopt::models::Llama& model) {
+    return ftopt::loss::fused_causal_lm([m = model.ptr()] { return m->head_weight(); });
+  }
+  template <class Optimizer>
+  std::unique_ptr<Setup<Optimizer>> setup() {
+    torch::manual_seed(0);
+    return std::make_unique<Setup<Optimizer>>(make, lora, loss);
+  }
+};
+
+/// A line of /proc/self/status in KiB ("VmRSS", "VmHWM").
+double status_kib(const std::string& key) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with(key + ":")) return std::stod(line.substr(key.size() + 1));
+  throw std::runtime_error("no " + key + " in /proc/self/status");
+}
+
+/// The LLM step's memory, measured in this fresh process as python_peer.py measures Python's:
+/// the resident set after the model, Trainer and optimizer are made and before the first step,
+/// then the peak resident set (VmHWM, its count restarted there) over three steps; the
+/// difference, and the tensor bytes ftopt's tracking allocator saw live at the step's peak.
+/// Prints "rss_MiB <x> tensor_peak_MiB <y>" (bench_llm_peer --llama-memory).
+int llama_memory_child() {
+  at::set_num_threads(bench_threads());
+  using ftopt::memory::PeakMemory;
+  PeakMemory::reset();
+  const auto before = PeakMemory::current();
+  LlamaCase c;
+  auto alone = c.setup<ftopt::optim::FusedAdamW>();
+  const double resident = status_kib("VmRSS");
+  std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM starts again from the resident set now
+  alone->step(c.batch);
+  alone->step(c.batch);  // the optimizer's state exists
+  PeakMemory::reset();
+  const auto live = PeakMemory::current() - before;
+  alone->step(c.batch);
+  std::printf("rss_MiB %.1f tensor_peak_MiB %.1f\n", (status_kib("VmHWM") - resident) / 1024,
+              static_cast<double>(live + PeakMemory::peak()) / (1 << 20));
+  return 0;
+}
+
+void llama_bf16_lora(benchmark::State& state) {
+  {  // the memory first, in a fresh process of this program
+    std::FILE* child = popen("/proc/self/exe --llama-memory", "r");
+    double rss = 0, tensors = 0;
+    const bool read = child && std::fscanf(child, "rss_MiB %lf tensor_peak_MiB %lf", &rss, &tensors) == 2;
+    if (child) pclose(child);
+    if (!read) throw std::runtime_error("bench_llm_peer --llama-memory did not report (its error is above)");
+    state.counters["ftopt_rss_MiB"] = rss;
+    state.counters["ftopt_tensor_peak_MiB"] = tensors;
+  }
+  LlamaCase c;
+  auto plain = c.setup<torch::optim::AdamW>();
+  auto fused = c.setup<ftopt::optim::FusedAdamW>();
+  compare(state, "llama_bf16_lora", true, 1, [&] { plain->step(c.batch); }, [&] { fused->step(c.batch); }, 0,
+          /*rounds=*/3, /*chunked_loss=*/true);
 }
 
 /// Greedy decoding with SmolLM2-135M's architecture (random weights: a step's time does not
@@ -499,6 +553,9 @@ std::string python_versions() {
 }
 
 int main(int argc, char** argv) {
+#if FTOPT_LLM_PEER
+  if (argc == 2 && std::string(argv[1]) == "--llama-memory") return llama_memory_child();
+#endif
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   ftopt::bench::add_machine_context();

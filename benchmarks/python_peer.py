@@ -3,10 +3,12 @@ PEFT's LoRA), each way a Python user would run it, timed here and driven line by
 C++ benchmark so that every contender alternates on the same machine.
 
 Protocol (stdin -> stdout, one line each):
-    setup CASE ATTENTION OPTIMIZER MODE THREADS
+    setup CASE ATTENTION OPTIMIZER MODE THREADS [LOSS]
         -> ready SETUP_SECONDS ATTENTION GRAPH_BREAKS GRAPHS
     steps N -> SECONDS (the median wall time of N steps run back to back, timed here)
-    memory -> MIB (how far the resident set grew, at its highest, from before setup made the model)
+    memory -> MIB (the peak resident set, VmHWM, minus the resident set after setup made the model
+        and its optimizer and before the first step; the peak is reset there, so what setup made
+        and freed before does not count: ftopt's side measures the same in its own fresh process)
     quit
 CASE: vit_fp32_full | vit_bf16_full | vit_bf16_lora | vit_bf16_dora | vit_bf16_vera | mlp_fp32_full
     (the d-256 ViT of 6 blocks, MLP 1024, 50 tokens, batch 128; the 784-64-10 MLP, batch 32),
@@ -20,6 +22,10 @@ ATTENTION: sdpa (transformers' default: torch's scaled_dot_product_attention) | 
     written out) | fastest (both timed here for a few steps; the faster is kept and named in the
     answer) | - (a model without attention).
 OPTIMIZER: adamw (torch.optim.AdamW's default, foreach) | fused (AdamW(fused=True)) | - (inference).
+LOSS (llama_bf16_lora only): logits (the default: transformers' loss over the materialized
+    [8, 256, 49152] logits) | chunked (the hidden states times the head in 8 chunks along the
+    sequence, each chunk's logits cast to float32 for its cross-entropy, summed and divided by the
+    tokens: torchtune's CEWithChunkedOutputLoss, written in PyTorch; compiled with the model).
 MODE: eager | default | max-autotune-no-cudagraphs (torch.compile's modes). SETUP_SECONDS holds
     the compilation (three warm-up steps), so it is reported apart from the step; GRAPH_BREAKS and
     GRAPHS are dynamo's counts for the compiled model (0 0 in eager mode).
@@ -34,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 
-def make(case, attention):
+def make(case, attention, loss="logits"):
     """The model, its forward over the fixed input, the targets (None for inference), bf16 or not."""
     torch.manual_seed(0)
     if case == "mlp_fp32_full":
@@ -46,7 +52,7 @@ def make(case, attention):
     if case == "llama_generate":
         return make_llama_generate(attention)
     if case.startswith("llama"):
-        return make_llama(case, attention)
+        return make_llama(case, attention, loss)
     from transformers import ViTConfig, ViTForImageClassification
     config = ViTConfig(image_size=28, patch_size=4, num_channels=1, hidden_size=256, num_hidden_layers=6,
                        num_attention_heads=4, intermediate_size=1024, num_labels=10, hidden_dropout_prob=0.0,
@@ -92,18 +98,47 @@ def make_bert(case, attention):
 LOSS = object()  # the forward returns the loss itself (a causal LM given its labels)
 
 
-def make_llama(case, attention):
+def make_llama(case, attention, loss):
     """SmolLM2-135M's architecture (LlamaConfig as its config.json: 30 layers, hidden 576, 9 heads
     over 3 key/value heads, MLP 1536, vocab 49,152, tied embeddings, rope_theta 1e5) with PEFT's
     LoRA (r 16, alpha 32, dropout 0.05, q/k/v/o/gate/up/down), batch 8 x 256 random tokens, the
-    labels the ids: model(input_ids, labels=ids).loss, transformers' ForCausalLMLoss."""
+    labels the ids: model(input_ids, labels=ids).loss, transformers' ForCausalLMLoss over the
+    logits; or, loss chunked, ChunkedCausalLm's loss over the hidden states."""
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
     model = get_peft_model(LlamaForCausalLM(smollm2_config(attention)), LoraConfig(
         r=16, lora_alpha=32, lora_dropout=0.05, bias="none",
         target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
     ids = torch.randint(100, 49000, (8, 256))
+    if loss == "chunked":
+        return ChunkedCausalLm(model), (lambda m: m(ids)), LOSS, True
     return model, (lambda m: m(input_ids=ids, labels=ids).loss), LOSS, True
+
+
+class ChunkedCausalLm(torch.nn.Module):
+    """A PEFT-wrapped LlamaForCausalLM whose loss never forms the whole logits in float32: the
+    decoder's hidden states, the labels shifted left (-100 after the last token, as transformers'
+    loss shifts them), both split into `chunks` along the sequence; each chunk's logits (the tied
+    head, in autocast's bf16) cast to float32 for a summed cross-entropy; the sum over the tokens
+    that have a label. torchtune's CEWithChunkedOutputLoss (8 chunks) with the head applied per
+    chunk, as its models' chunked output does."""
+
+    def __init__(self, peft_model, chunks=8):
+        super().__init__()
+        self.peft_model = peft_model
+        self.chunks = chunks
+
+    def forward(self, ids):
+        causal_lm = self.peft_model.base_model.model
+        hidden = causal_lm.model(input_ids=ids).last_hidden_state
+        labels = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
+        head = causal_lm.lm_head.weight
+        total = hidden.new_zeros((), dtype=torch.float32)
+        for h, y in zip(hidden.chunk(self.chunks, dim=1), labels.chunk(self.chunks, dim=1)):
+            logits = F.linear(h, head).float()
+            total = total + F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=-100,
+                                            reduction="sum")
+        return total / (labels != -100).sum()
 
 
 def smollm2_config(attention):
@@ -132,9 +167,9 @@ def make_llama_generate(attention):
     return model, forward, None, False
 
 
-def make_step(case, attention, optimizer_name, mode):
+def make_step(case, attention, optimizer_name, mode, loss="logits"):
     """A function running one step of the case as set up."""
-    model, forward, y, bf16 = make(case, attention)
+    model, forward, y, bf16 = make(case, attention, loss)
     run = model if mode == "eager" else torch.compile(model, mode=mode)
     if y is None:
         def infer():
@@ -164,8 +199,18 @@ def resident_mib():
 
 
 def peak_resident_mib():
-    """The highest resident memory the process has had (MiB)."""
+    """The highest resident memory the process has had since reset_peak_resident (VmHWM, MiB)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_peak_resident():
+    """Starts VmHWM again from the resident set now (Linux: 5 into /proc/self/clear_refs)."""
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
 
 
 def seconds(step):
@@ -174,10 +219,10 @@ def seconds(step):
     return time.perf_counter() - t0
 
 
-def fastest_attention(case, optimizer_name):
+def fastest_attention(case, optimizer_name, loss):
     """'sdpa' or 'eager', whichever runs the case's eager step faster here (the best of four steps
     each, after two warm-up steps each)."""
-    steps = {a: make_step(case, a, optimizer_name, "eager") for a in ("sdpa", "eager")}
+    steps = {a: make_step(case, a, optimizer_name, "eager", loss) for a in ("sdpa", "eager")}
     for step in steps.values():
         step(), step()
     best = {a: min(seconds(s) for _ in range(4)) for a, s in steps.items()}
@@ -194,14 +239,16 @@ def main():
             break
         if words[0] == "setup":
             case, attention, optimizer_name, mode, threads = words[1], words[2], words[3], words[4], int(words[5])
-            resident_before = resident_mib()
+            loss = words[6] if len(words) > 6 else "logits"
             t0 = time.perf_counter()
             torch.set_num_threads(threads)
             if attention == "fastest":
-                attention = fastest_attention(case, optimizer_name)
+                attention = fastest_attention(case, optimizer_name, loss)
             from torch._dynamo.utils import counters
             counters.clear()
-            step = make_step(case, attention, optimizer_name, mode)
+            step = make_step(case, attention, optimizer_name, mode, loss)
+            resident_before = resident_mib()  # the model and optimizer made, no step run yet
+            reset_peak_resident()
             for _ in range(3):  # warm-up; under torch.compile this compiles forward and backward
                 step()
             breaks = sum(counters["graph_break"].values())

@@ -319,6 +319,26 @@ inline int run_llm(const Options& args) {
       "Bf16Mixed + peft::QLora<storage::Q4_1> + memory::Checkpoint, fused loss", "qlora-checkpoint-fused", options,
       QLora(llm_lora_options()), task, args, true));
   print_llm_table(task, before, rows);
+  auto context = results_context("finetune_llm");
+  context["test_articles"] = task.test.size();
+  context["steps"] = task.steps;
+  context["batch"] = task.batch_size;
+  nlohmann::json results = nlohmann::json::array();
+  results.push_back({{"name", "before fine-tuning"}, {"acc_pct", 100 * before.accuracy}, {"ppl", before.perplexity},
+                     {"sample", before.sample}});
+  for (const auto& r : rows) {
+    if (r.setup.empty()) continue;
+    results.push_back({{"name", r.setup},
+                       {"run_type", "iteration"},
+                       {"step_s", r.step_seconds},
+                       {"tokens_per_s", r.tokens_per_second},
+                       {"peak_MiB", r.peak_mib},
+                       {"base_share_pct", r.base_share > 0 ? 100 * r.base_share : 100.0},
+                       {"acc_pct", 100 * r.accuracy},
+                       {"ppl", r.perplexity},
+                       {"sample", r.sample}});
+  }
+  write_results(args.results, std::move(context), std::move(results));
   return 0;
 }
 

@@ -31,7 +31,10 @@
 // within 0.5 points of the baseline then trains for --epochs. --grid DIR runs the whole grid
 // with a fixed budget of steps, evaluates on the test set, and writes the report (Markdown,
 // JSON, SVG) to DIR. --profile FILE writes a Chrome trace of three training steps of the
+// baseline. --results FILE writes the closing table as a result file (results.hpp), which
+// scripts/bench.sh files under benchmarks/results/ for the documents' tables.
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
 #include <string_view>
 #include <type_traits>
@@ -148,6 +151,13 @@ int main(int argc, char** argv) try {
   using namespace finetune;
   const Options args = parse(argc, argv);
   selection = {.only = args.rows, .seed = args.seed};
+  for (int i = 0; i < argc; ++i) run_info.command += (i ? " " : "") + std::string(argv[i]);
+  if (!args.results.empty()) {  // refused now, not after the run
+    const auto folder = std::filesystem::absolute(args.results).parent_path();
+    ftopt::check(std::filesystem::is_directory(folder), "finetune: --results: folder ", folder.string(),
+                 " does not exist");
+    ftopt::check(args.task != "fashion-mnist", "finetune: --results goes with --task bbc-news or llm");
+  }
   // A combination the task's grid does not have is refused before any data is loaded.
   const auto named = named_combination(args, args.precision == "bf16");
   if (args.task == "llm") {

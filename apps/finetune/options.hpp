@@ -53,6 +53,7 @@ struct Options {
   std::string grid_dir;           ///< --grid: where the report goes
   std::string profile;            ///< --profile: Chrome trace of the first row
   std::string rows;               ///< set: train only the rows whose setup contains it (and the baseline)
+  std::string results;            ///< --results: the closing table as a result file (results.hpp)
   std::uint64_t seed = 1;         ///< the fine-tuning rows' seed: new head, adapters, batch order
   std::string data = ftopt::data::default_fashion_mnist_dir().string();
   std::string cache;
@@ -173,6 +174,8 @@ inline Options parse(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--llm-save", o.llm_save, "llm: after each row, save its adapter as PEFT writes it (DIR/ROW/adapter) "
                  "and the merged model as transformers' save_pretrained does, in bfloat16 (DIR/ROW/model)");
+  app.add_option("--results", o.results, "write the closing table to this JSON file as the benchmarks write theirs "
+                 "(the machine, the command, the rows), for scripts/report.py --store");
   app.add_option("--model", o.model, "the model")->check(CLI::IsMember({"vit", "resnet"}))->capture_default_str();
   app.add_option("--precision", o.precision, "auto: Bf16Mixed where the CPU computes bf16 natively, else fp32")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}))

@@ -28,6 +28,7 @@
 #include <ftopt/text/bert_tokenizer.hpp>
 
 #include "options.hpp"
+#include "results.hpp"
 #include "runs.hpp"
 #include "table.hpp"
 
@@ -167,6 +168,13 @@ inline void print_text_table(const Options& args, const TextTask& task, const st
             << " to test, " << task.max_length << " tokens, batch " << task.batch_size << ", " << args.epochs
             << (args.epochs == 1 ? " epoch" : " epochs") << "):\n";
   print_table(rows);
+  auto context = results_context("finetune_text");
+  context["train_articles"] = task.train.size();
+  context["test_articles"] = task.test.size();
+  context["max_length"] = task.max_length;
+  context["batch"] = task.batch_size;
+  context["epochs"] = args.epochs;
+  write_results(args.results, std::move(context), table_results(rows));
 }
 
 /// The text task's rows (see the top of this file).

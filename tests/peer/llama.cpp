@@ -14,8 +14,8 @@
 //   fused-loss WORK                   loss::linear_cross_entropy of fused.input.safetensors {h, w,
 //                                     labels} -> fused.ftopt.safetensors {loss, grad_h, grad_w}
 //   generate GGUF WORK                SmolLM2's chat prompt for the user message of generate.jsonl,
-//                                     then greedy decoding of up to 32 tokens, stopping at the
-//                                     GGUF's EOS -> generate.ftopt.safetensors {prompt, answer}, and
+//                                     then greedy decoding of exactly 32 tokens (no stop token)
+//                                     -> generate.ftopt.safetensors {prompt, answer}, and
 //                                     the prompt's text as generate.prompt.txt
 //   lora-load FOLDER DIR WORK         PEFT's LoRA adapter in DIR over the model of FOLDER
 //                                     -> DIR.ftopt.safetensors {logits} on input.safetensors
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
        std::ofstream(work / "generate.prompt.txt", std::ios::binary) << prompt;
        const auto ids = bpe.encode(prompt, "the prompt");
        auto [model, report] = models::load_llama_gguf(args[0]);
-       const auto answer = models::generate(*model, ids, {.max_new_tokens = 32, .stop = {bpe.eos_id()}});
+       const auto answer = models::generate(*model, ids, {.max_new_tokens = 32});  // no stop token: all 32
        weights::StateDict out;
        out.insert("prompt", torch::tensor(ids, torch::kLong));
        out.insert("answer", torch::tensor(answer, torch::kLong));

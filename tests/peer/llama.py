@@ -24,6 +24,7 @@ over the latter, PEFT's LoRA adapter (the seven projections) loads into ftopt an
 PEFT with the same logits. Last, models merged and saved by ftopt (QLoRA over SmolLM2's own Q4_1
 blocks; LoRA over the Qwen2 folder) load in transformers' AutoModelForCausalLM with the logits
 ftopt computed."""
+import copy
 import glob
 import json
 import os
@@ -223,8 +224,10 @@ for attention, logits in want.items():
                got["logits"], logits, atol=max(1e-5, 3 * spread))
 
 # --- generation -----------------------------------------------------------------------------
-# SmolLM2's chat template as transformers renders it from the GGUF, and greedy decoding of up to
-# 32 tokens (stopping at its EOS) equal to transformers' generate.
+# SmolLM2's chat template as transformers renders it from the GGUF, and greedy decoding of
+# exactly 32 tokens equal to transformers' generate: neither side stops at EOS (transformers'
+# generation config without an eos_token_id, rather than min_new_tokens, which would forbid EOS
+# and so change the greedy choice where EOS is the argmax).
 from transformers import AutoTokenizer  # noqa: E402
 
 question = "Summarize this article in one sentence.\n\n" + articles[0][:600]
@@ -238,11 +241,15 @@ rendered = hf_tokenizer.apply_chat_template([{"role": "user", "content": questio
 peer.check("the chat prompt equal to transformers' apply_chat_template",
            open(peer.path("generate.prompt.txt"), encoding="utf-8").read() == rendered)
 peer.check("its ids equal to tokenizers'", got["prompt"].tolist() == reference.encode(rendered).ids)
+never_stop = copy.deepcopy(hf["sdpa"].generation_config)
+never_stop.eos_token_id = None
 with torch.no_grad():
     want = hf["sdpa"].generate(got["prompt"].view(1, -1), attention_mask=torch.ones(1, got["prompt"].numel(), dtype=torch.long),
-                               max_new_tokens=32, do_sample=False, eos_token_id=2, pad_token_id=2)[0, got["prompt"].numel():]
-peer.check(f"greedy decoding equal to transformers' generate ({want.numel()} tokens: "
-           f"{reference.decode(want.tolist())[:60]!r}...)", got["answer"].tolist() == want.tolist(),
+                               generation_config=never_stop, max_new_tokens=32, do_sample=False,
+                               pad_token_id=2)[0, got["prompt"].numel():]
+peer.check(f"greedy decoding of exactly 32 tokens equal to transformers' generate "
+           f"({reference.decode(want.tolist())[:60]!r}...)",
+           want.numel() == 32 and got["answer"].tolist() == want.tolist(),
            f"\n       ftopt {got['answer'].tolist()}\n       HF    {want.tolist()}")
 
 # --- folders transformers writes ------------------------------------------------------------
