@@ -5,8 +5,8 @@
 # LibTorch's headers per chain, not one per header. A chain whose first header includes one of
 # LibTorch's largest headers (torch/nn/module.h, ATen/ATen.h, ATen/core/Tensor.h) starts from
 # that header precompiled, which checks it as strictly (the script says why). The sources are
-# parsed and their templates instantiated, never compiled to code (-fsyntax-only; the
-# precompiled headers themselves are built without it). The test first verifies that the chains
+# parsed and their templates instantiated, never compiled to code (ftopt_syntax_check; a chain
+# is checked again only when a header it reads changes). The test first verifies that the chains
 # written here still hold for the headers as they are now (else: re-run cmake).
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 set(ftopt_chains_dir ${CMAKE_BINARY_DIR}/header_chains)
@@ -26,7 +26,7 @@ foreach(tier_header IN ITEMS "plain|" "module|torch/nn/module.h" "aten|ATen/ATen
   endif()
   add_library(ftopt_header_check_${tier} OBJECT EXCLUDE_FROM_ALL ${sources})
   target_link_libraries(ftopt_header_check_${tier} PRIVATE ftopt_strict)
-  set_source_files_properties(${sources} PROPERTIES COMPILE_OPTIONS -fsyntax-only)
+  ftopt_syntax_check(ftopt_header_check_${tier})
   if(NOT tier STREQUAL "plain")
     list(GET tier_header 1 header)
     target_precompile_headers(ftopt_header_check_${tier} PRIVATE <${header}>)

@@ -20,3 +20,10 @@ function(ftopt_target name)
   target_link_libraries(${name} PRIVATE ftopt_strict)
   target_precompile_headers(${name} REUSE_FROM ftopt_pch)
 endfunction()
+
+# ftopt_syntax_check(<name>): <name>'s sources are compiled as a check only, parsed and their
+# templates instantiated, no code generated (cmake/syntax_only.sh, a compiler launcher that also
+# leaves an empty object file, so the check reruns only when what it read changes).
+function(ftopt_syntax_check name)
+  set_target_properties(${name} PROPERTIES CXX_COMPILER_LAUNCHER ${PROJECT_SOURCE_DIR}/cmake/syntax_only.sh)
+endfunction()

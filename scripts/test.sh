@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The second command: install what is missing, then build and test both supported LibTorch builds:
 #   build/       LibTorch 2.x from the pinned torch wheel (the default): every test, example, app,
-#                benchmark build, compile-fail check, header self-containment, the installed
+#                benchmark compiled as a check (built whole by scripts/bench.sh), compile-fail check,
+#                header self-containment, the sanitizer builds, the installed
 #                package, and the peer tests against the real Python libraries;
 #   build-1.13/  Debian's LibTorch 1.13 (CPU): the unit tests.
 # A test may report "skipped" only where the machine lacks what it needs (the "CUDA: ..." tests

@@ -37,7 +37,7 @@ if cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" \
 else
   status configure "FAILED (configure.log)"
 fi
-if cmake --build "$build" --parallel 16 > "$OUT/build.log" 2>&1; then
+if cmake --build "$build" --parallel 16 --target all bench_trainer_overhead > "$OUT/build.log" 2>&1; then
   status build ok
 else
   status build "FAILED (build.log)"
