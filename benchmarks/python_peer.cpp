@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -399,7 +400,9 @@ int llama_memory_child() {
 
 void llama_bf16_lora(benchmark::State& state) {
   {  // the memory first, in a fresh process of this program
-    std::FILE* child = popen("/proc/self/exe --llama-memory", "r");
+    // popen runs a shell, whose /proc/self/exe is the shell: this program's path is read first.
+    const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
+    std::FILE* child = popen(("'" + self + "' --llama-memory").c_str(), "r");
     double rss = 0, tensors = 0;
     const bool read = child && std::fscanf(child, "rss_MiB %lf tensor_peak_MiB %lf", &rss, &tensors) == 2;
     if (child) pclose(child);
