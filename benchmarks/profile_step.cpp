@@ -166,13 +166,9 @@ const ftopt::models::ViTOptions& vit_options() {
   const char* model = std::getenv("FTOPT_PROFILE_MODEL");
   return model && std::string(model) == "main" ? ftopt::bench::vit_main : ftopt::bench::vit_d256;
 }
-/// FTOPT_PROFILE_ROW_KERNELS=0: the ViT with KernelOptions::row_kernels off (the ops).
 ftopt::models::ViT vit() {
   torch::manual_seed(0);
-  auto options = vit_options();
-  const char* rows = std::getenv("FTOPT_PROFILE_ROW_KERNELS");
-  if (rows && std::string(rows) == "0") options.kernel.row_kernels = false;
-  return ftopt::models::ViT(options);
+  return ftopt::models::ViT(vit_options());
 }
 std::pair<torch::Tensor, torch::Tensor> images() {
   return {torch::randn({128, 1, 28, 28}), torch::randint(0, vit_options().num_labels, {128})};

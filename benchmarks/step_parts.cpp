@@ -4,8 +4,7 @@
 // Python does: ATen's fused SDPA kernel instead of the written-out attention
 // (KernelOptions::attention), query, key and value as three GEMMs instead of one
 // (KernelOptions::shared_input, of the model and of LoRA), and for LoRA the branches added layer by
-// layer instead of one GEMM over the merged weight (KernelOptions::merged_weight), the residual sum
-// and the LayerNorm after it as ATen's ops instead of one kernel (KernelOptions::row_kernels); LoRA also on the
+// layer instead of one GEMM over the merged weight (KernelOptions::merged_weight); LoRA also on the
 // main job's ViT (d 128, 4 blocks, MLP 512) with every Linear of the blocks adapted. Twin models
 // with the same weights, each built with its choices (ftopt::KernelOptions). Counters: medians
 // (µs) and ratios to "ftopt".
@@ -28,13 +27,11 @@ struct Choices {
   ftopt::AttentionKernel attention = ftopt::AttentionKernel::Auto;
   bool shared_qkv = true;
   bool low_rank = true;
-  bool row_kernels = true;
 };
 
 /// The choices as kernel options, of the model and of a LoRA policy.
 ftopt::KernelOptions kernel_options(const Choices& choices) {
-  return {.merged_weight = choices.low_rank, .shared_input = choices.shared_qkv, .attention = choices.attention,
-          .row_kernels = choices.row_kernels};
+  return {.merged_weight = choices.low_rank, .shared_input = choices.shared_qkv, .attention = choices.attention};
 }
 template <class Peft>
 Peft with_choices(Peft peft, const Choices& choices) {
@@ -70,13 +67,11 @@ void compare(benchmark::State& state, const Peft& peft, const ftopt::models::ViT
   at::set_num_threads(ftopt::hardware::available_cpus());
   constexpr bool lora = std::is_same_v<Peft, ftopt::peft::Lora>;
   Setup<Precision, Peft> all(peft, vit), fused_sdpa(peft, vit, {.attention = ftopt::AttentionKernel::Fused}),
-      separate(peft, vit, {.shared_qkv = false}), layer_by_layer(peft, vit, {.low_rank = false}),
-      norm_ops(peft, vit, {.row_kernels = false});
+      separate(peft, vit, {.shared_qkv = false}), layer_by_layer(peft, vit, {.low_rank = false});
   std::vector<ftopt::bench::Contender> contenders = {
       {"ftopt", [&] { all.step(); }},
       {"fused_sdpa", [&] { fused_sdpa.step(); }},
-      {"separate_qkv", [&] { separate.step(); }},
-      {"norm_as_ops", [&] { norm_ops.step(); }}};
+      {"separate_qkv", [&] { separate.step(); }}};
   if (lora) contenders.push_back({"lora_layer_by_layer", [&] { layer_by_layer.step(); }});
   ftopt::bench::side_by_side(state, contenders, 1);
 }

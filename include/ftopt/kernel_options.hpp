@@ -15,7 +15,7 @@ namespace ftopt {
 enum class AttentionKernel { Auto, Fused, WrittenOut };
 
 /// Which compiled copy of ftopt's own elementwise CPU kernels runs (RMSNorm, rotary embeddings,
-/// dropout, LayerNorm with the residual sum): Widest, the widest this CPU runs; or one named, forced, so that each copy can be
+/// dropout): Widest, the widest this CPU runs; or one named, forced, so that each copy can be
 /// checked on any machine that runs it (a CPU that cannot is an error naming the copy).
 enum class CpuIsa { Widest, Avx512, Avx2, Baseline };
 
@@ -33,9 +33,8 @@ struct KernelOptions {
   /// Written-out attention's small float32 products through ftopt's AVX2/FMA kernel
   /// (detail::batched_matmul). Off: at::matmul.
   bool batched_matmul = true;
-  /// ftopt's fused CPU kernels over rows: RMSNorm and rotary embeddings (nn::rms_norm,
-  /// nn::apply_rotary; the Llama), the residual sum with the LayerNorm after it
-  /// (nn::add_layer_norm; the ViT). Off: the ops as transformers writes them.
+  /// RMSNorm and rotary embeddings through ftopt's fused CPU kernels (nn::rms_norm,
+  /// nn::apply_rotary). Off: the ops as transformers writes them.
   bool row_kernels = true;
   /// The copy of those kernels (and of nn::dropout's) that runs (CpuIsa).
   CpuIsa isa = CpuIsa::Widest;

@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <type_traits>
 
 #include <ftopt/error.hpp>
 #include <ftopt/kernel_options.hpp>
@@ -77,32 +76,11 @@ inline constexpr int row_lanes = 16;
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   const std::uint32_t rounded = (u + 0x7FFFU + ((u >> 16) & 1U)) >> 16;
-  // The NaN case selected through a mask, not a branch: GCC turns a select with a constant arm
-  // into a branch, and a loop with a branch does not vectorize on AVX2 or the baseline.
-  const std::uint32_t nan = 0U - static_cast<std::uint32_t>(f != f);
-  return static_cast<std::uint16_t>((rounded & ~nan) | (0x7FC0U & nan));
+  return f != f ? std::uint16_t{0x7FC0} : static_cast<std::uint16_t>(rounded);
 }
 
 /// f rounded to bf16 and back: what an ATen bf16 op stores.
 [[gnu::always_inline]] inline float round_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
-
-/// An element of a float32 or bf16 (its bits) array as float, and back.
-template <class T>
-[[gnu::always_inline]] inline float load_float(const T* p, std::int64_t j) {
-  if constexpr (std::is_same_v<T, float>) return p[j];
-  else return bf16_to_float(p[j]);
-}
-template <class T>
-[[gnu::always_inline]] inline void store_float(T* p, std::int64_t j, float v) {
-  if constexpr (std::is_same_v<T, float>) p[j] = v;
-  else p[j] = float_to_bf16(v);
-}
-/// v as a T would hold it (bf16: rounded; float: itself).
-template <class T>
-[[gnu::always_inline]] inline float as_stored(float v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else return round_bf16(v);
-}
 
 } // namespace ftopt::detail
 

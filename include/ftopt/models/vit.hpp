@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <utility>
 
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/init.h>
@@ -26,7 +25,6 @@
 
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/error.hpp>
-#include <ftopt/nn/add_layer_norm.hpp>
 #include <ftopt/nn/conv2d.hpp>
 #include <ftopt/nn/layer_norm.hpp>
 #include <ftopt/nn/attention_prefix.hpp>
@@ -62,8 +60,7 @@ struct ViTOptions {
   double initializer_range = 0.02;
   AttnImplementation attn_implementation = AttnImplementation::Sdpa;
   std::int64_t attention_chunk = 128;  ///< query rows per block, for AttnImplementation::Chunked
-  /// Not in ViTConfig: ftopt's kernels (shared_input: query, key and value as one GEMM; attention's;
-  /// row_kernels: the residual sum with the LayerNorm after it as one kernel).
+  /// Not in ViTConfig: ftopt's kernels (shared_input: query, key and value as one GEMM; attention's).
   KernelOptions kernel;
 
   void validate() const {
@@ -185,8 +182,7 @@ TORCH_MODULE(ViTAttention);
 /// HF ViTLayer: pre-norm attention and MLP, each with a residual.
 struct ViTLayerImpl : torch::nn::Module {
   explicit ViTLayerImpl(const ViTOptions& o)
-      : kernel(o.kernel),
-        attention(register_module("attention", ViTAttention(o))),
+      : attention(register_module("attention", ViTAttention(o))),
         intermediate_dense(detail::linear(o.hidden, o.intermediate)),
         output_dense(detail::linear(o.intermediate, o.hidden)),
         output_dropout(nn::Dropout(o.dropout)),
@@ -204,21 +200,9 @@ struct ViTLayerImpl : torch::nn::Module {
     register_module("layernorm_after", layernorm_after);
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    auto [h, normed] = residual_and_norm(attention(layernorm_before(x)), x);
-    auto m = output_dropout(output_dense(torch::gelu(intermediate_dense(normed))));
+    auto h = residual(attention(layernorm_before(x)), x);
+    auto m = output_dropout(output_dense(torch::gelu(intermediate_dense(layernorm_after(h)))));
     return residual(m, h);
-  }
-  /// h = attention's output + x and layernorm_after(h): one kernel (nn::add_layer_norm, its
-  /// output already in autocast's dtype where autocast is on) where KernelOptions::row_kernels
-  /// and the tensors allow, else the ops.
-  std::pair<torch::Tensor, torch::Tensor> residual_and_norm(const torch::Tensor& branch, const torch::Tensor& stream) {
-    const auto device = stream.device().type();
-    const auto out = compat::autocast_enabled(device) ? compat::autocast_dtype(device) : stream.scalar_type();
-    const auto& norm = *layernorm_after;
-    if (kernel.row_kernels && nn::add_layer_norm_fuses(branch, stream, norm.weight, norm.bias, out))
-      return nn::add_layer_norm(branch, stream, norm.weight, norm.bias, norm.options.eps(), out, true, kernel.isa);
-    auto h = residual(branch, stream);
-    return {h, layernorm_after(h)};
   }
   /// branch + stream in the stream's dtype. Under autocast the branch is bf16 and the stream
   /// fp32: the same sum as the promoting add, but ATen's add of two dtypes converts element by
@@ -226,7 +210,6 @@ struct ViTLayerImpl : torch::nn::Module {
   static torch::Tensor residual(const torch::Tensor& branch, const torch::Tensor& stream) {
     return branch.scalar_type() == stream.scalar_type() ? branch + stream : branch.to(stream.scalar_type()) + stream;
   }
-  KernelOptions kernel;  ///< row_kernels: the residual sum + LayerNorm kernel; isa: its copy
   ViTAttention attention;
   nn::Linear intermediate_dense, output_dense;
   nn::Dropout output_dropout;

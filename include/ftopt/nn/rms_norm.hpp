@@ -26,7 +26,6 @@
 #include <torch/nn/pimpl.h>
 
 #include <ftopt/detail/row_kernels.hpp>
-#include <ftopt/detail/row_tensors.hpp>
 #include <ftopt/error.hpp>
 
 namespace ftopt::nn {
@@ -126,8 +125,13 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
                                                                b * rms_norm_weight_rows,
                                                                std::min(rows, (b + 1) * rms_norm_weight_rows), n);
       });
-      // The blocks' sums added in block order: the same on any thread count.
-      dw = ftopt::detail::sum_blocks_in_order(partial);
+      // The blocks' sums added in block order, column by column: the same on any thread count.
+      dw = at::zeros({n}, x.options());
+      float* dwp = dw.data_ptr<float>();
+      at::parallel_for(0, n, 64, [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t b = 0; b < blocks; ++b)
+          for (std::int64_t j = first; j < last; ++j) dwp[j] += pp[b * n + j];
+      });
     } else {
       at::parallel_for(0, rows, std::max<std::int64_t>(1, 32768 / n), [&](std::int64_t begin, std::int64_t end) {
         ftopt::detail::run_on<RmsNormBackwardRows<false>>(isa, gp, xp, wp, rp, dxp, static_cast<float*>(nullptr),
