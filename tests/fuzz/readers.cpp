@@ -128,29 +128,9 @@ void encode_with_bpe(const text::ByteLevelBpe& bpe) {
 
 TEST_CASE("GGUF: fuzz: mutated and truncated files are errors, never crashes", "[fuzz][weights][gguf]") {
   const test::ScratchDir scratch("fuzz-gguf");
-  // Metadata of each kind and one tensor of each unquantized type, Q4_1 and Q4_0 (Q8_0 and the
+  // Metadata of each kind and one tensor of each unquantized type, Q4_1, Q4_0 and Q8_0 (the
   // K-quants: the next test).
-  test::GgufBuilder g;
-  g.string("general.architecture", "llama")
-      .u32("llama.block_count", 2)
-      .f32("llama.rope.freq_base", 10000.0F)
-      .boolean("tokenizer.ggml.add_bos_token", false)
-      .scalar("neg", weights::GgufType::Int8, std::int8_t{-5})
-      .scalar("big", weights::GgufType::UInt64, std::uint64_t{1} << 40)
-      .scalar("wide", weights::GgufType::Float64, 0.125)
-      .strings("tokenizer.ggml.tokens", {"a", "b", "\xC3\xA9"})
-      .i32s("tokenizer.ggml.token_type", {1, 3, -1});
-  const at::Tensor f = at::arange(8, at::kFloat).view({2, 4}) - 3;
-  g.f32_tensor("f32", f);
-  const at::Tensor h = f.to(at::kHalf), bf = f.to(at::kBFloat16);
-  g.tensor("f16", {2, 4}, fuzz_readers::Type::F16, std::string(static_cast<const char*>(h.data_ptr()), h.nbytes()));
-  g.tensor("bf16", {2, 4}, fuzz_readers::Type::BF16, std::string(static_cast<const char*>(bf.data_ptr()), bf.nbytes()));
-  std::vector<int> codes(32);
-  for (int j = 0; j < 32; ++j) codes[j] = (j * 7) % 16;
-  g.tensor("q4_1", {2, 32}, fuzz_readers::Type::Q4_1,
-           test::q4_1_block(0.5F, -2.0F, codes) + test::q4_1_block(0.25F, 1.0F, codes));
-  g.tensor("q4_0", {1, 32}, fuzz_readers::Type::Q4_0, test::q4_0_block(0.5F, codes));
-  const std::string good = g.bytes();
+  const std::string good = test::sample_gguf().bytes();
 
   const auto outcome = test::fuzz::run(good, test::fuzz::through_file(scratch.path / "fuzz.gguf", fuzz_readers::read_gguf),
                                        {.header = fuzz_readers::gguf_data_start(scratch.path / "good.gguf", good)});

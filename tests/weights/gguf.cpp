@@ -17,31 +17,6 @@ using Catch::Matchers::Contains;
 using storage::ggml::Type;
 
 namespace {
-/// A small file with metadata of each kind and one tensor of each readable type.
-test::GgufBuilder sample() {
-  test::GgufBuilder g;
-  g.string("general.architecture", "llama")
-      .u32("llama.block_count", 2)
-      .f32("llama.rope.freq_base", 10000.0F)
-      .boolean("tokenizer.ggml.add_bos_token", false)
-      .scalar("neg", weights::GgufType::Int8, std::int8_t{-5})
-      .scalar("big", weights::GgufType::UInt64, std::uint64_t{1} << 40)
-      .scalar("wide", weights::GgufType::Float64, 0.125)
-      .strings("tokenizer.ggml.tokens", {"a", "b", "\xC3\xA9"})
-      .i32s("tokenizer.ggml.token_type", {1, 3, -1});
-  const at::Tensor f = at::arange(8, at::kFloat).view({2, 4}) - 3;
-  g.f32_tensor("f32", f);
-  const at::Tensor h = f.to(at::kHalf);
-  g.tensor("f16", {2, 4}, Type::F16, std::string(static_cast<const char*>(h.data_ptr()), h.nbytes()));
-  const at::Tensor bf = f.to(at::kBFloat16);
-  g.tensor("bf16", {2, 4}, Type::BF16, std::string(static_cast<const char*>(bf.data_ptr()), bf.nbytes()));
-  std::vector<int> codes(32), q(32);
-  for (int j = 0; j < 32; ++j) codes[j] = (j * 7) % 16, q[j] = j * 8 - 128;
-  g.tensor("q4_1", {2, 32}, Type::Q4_1, test::q4_1_block(0.5F, -2.0F, codes) + test::q4_1_block(0.25F, 1.0F, codes));
-  g.tensor("q4_0", {1, 32}, Type::Q4_0, test::q4_0_block(0.5F, codes));
-  g.tensor("q8_0", {32}, Type::Q8_0, test::q8_0_block(0.125F, q));
-  return g;
-}
 std::vector<int> sample_codes() {
   std::vector<int> codes(32);
   for (int j = 0; j < 32; ++j) codes[j] = (j * 7) % 16;
@@ -52,7 +27,7 @@ std::vector<int> sample_codes() {
 TEST_CASE("GGUF: metadata of every type and tensors of every readable type read back", "[weights][gguf]") {
   const test::ScratchDir scratch("gguf");
   const auto path = scratch.path / "sample.gguf";
-  sample().write(path);
+  test::sample_gguf().write(path);
   const weights::Gguf file(path);
   CHECK(file.version() == 3);
   CHECK(file.string("general.architecture") == "llama");
@@ -96,7 +71,7 @@ TEST_CASE("GGUF: metadata of every type and tensors of every readable type read 
 TEST_CASE("GGUF: a tensor's bytes are a view of the mapped file that outlives the reader", "[weights][gguf]") {
   const test::ScratchDir scratch("gguf-view");
   const auto path = scratch.path / "sample.gguf";
-  auto g = sample();
+  auto g = test::sample_gguf();
   g.alignment = 64;
   g.u32("general.alignment", 64);
   g.write(path);
@@ -124,10 +99,10 @@ TEST_CASE("GGUF: a broken file is an error naming the file and the value", "[wei
       for (const auto& t : file.tensors()) file.dequantize(t.name);
     });
   };
-  auto g = sample();
+  auto g = test::sample_gguf();
   g.magic = 0x46554746U;
   CHECK_THAT(message(g.bytes()), Contains("bad.gguf: wrong magic 0x46554746"));
-  g = sample();
+  g = test::sample_gguf();
   g.version = 1;
   CHECK_THAT(message(g.bytes()), Contains("bad.gguf: GGUF version 1 is not one ftopt reads (2 or 3)"));
   g.version = 4;
@@ -135,7 +110,7 @@ TEST_CASE("GGUF: a broken file is an error naming the file and the value", "[wei
   g.version = 0x03000000U;
   CHECK_THAT(message(g.bytes()), Contains("a big-endian GGUF file"));
 
-  const std::string good = sample().bytes();
+  const std::string good = test::sample_gguf().bytes();
   CHECK_THAT(message(good.substr(0, 50)), Contains("bad.gguf: the header's metadata count counts 9 items at byte 24, "
                                                    "more than the 26 bytes left can hold"));
   CHECK_THAT(message(good.substr(0, 200)), Contains("bad.gguf: truncated: "));
@@ -146,23 +121,23 @@ TEST_CASE("GGUF: a broken file is an error naming the file and the value", "[wei
   std::memcpy(counts.data() + 8, &many, 8);
   CHECK_THAT(message(counts), Contains("the header's tensor count counts 1099511627776 items"));
 
-  g = sample();
+  g = test::sample_gguf();
   g.tensor("k_quant", {1, 256}, Type::Q5_K, std::string(176, '\0'));
   CHECK_THAT(message(g.bytes()), Contains("bad.gguf: tensor 'k_quant': storage::ggml::dequantize: type Q5_K is not one "
                                           "ftopt reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"));
-  g = sample();
+  g = test::sample_gguf();
   g.tensor("odd", {4}, 99U, std::string(16, '\0'));
   CHECK_THAT(message(g.bytes()), Contains("tensor 'odd' has ggml type 99, not one ggml defines"));
-  g = sample();
+  g = test::sample_gguf();
   g.tensor("ragged", {2, 16}, Type::Q4_1, std::string(20, '\0'));
   CHECK_THAT(message(g.bytes()), Contains("tensor 'ragged' has rows of 16 values, not whole Q4_1 blocks of 32"));
-  g = sample();
+  g = test::sample_gguf();
   g.string("general.architecture", "twice");
   CHECK_THAT(message(g.bytes()), Contains("metadata key 'general.architecture' appears twice"));
-  g = sample();
+  g = test::sample_gguf();
   g.scalar("flag", weights::GgufType::Bool, std::uint8_t{7});
   CHECK_THAT(message(g.bytes()), Contains("metadata 'flag' holds the bool byte 7, not 0 or 1"));
-  g = sample();
+  g = test::sample_gguf();
   g.scalar("what", static_cast<weights::GgufType>(13), std::uint32_t{0});
   CHECK_THAT(message(g.bytes()), Contains("metadata 'what' has value type 13, not a GGUF type (0 to 12)"));
   CHECK_THAT(test::message_of([&] { weights::Gguf(scratch.path / "absent.gguf"); }),

@@ -158,4 +158,32 @@ inline std::string q8_0_block(float d, const std::vector<int>& q) {
   return b;
 }
 
+/// A small file with metadata of each kind and one tensor of each readable type (the K-quants
+/// aside): the GGUF reader's tests and its fuzz test start from it.
+inline GgufBuilder sample_gguf() {
+  using Meta = GgufBuilder::Type;
+  using Tensor = ftopt::storage::ggml::Type;
+  GgufBuilder g;
+  g.string("general.architecture", "llama")
+      .u32("llama.block_count", 2)
+      .f32("llama.rope.freq_base", 10000.0F)
+      .boolean("tokenizer.ggml.add_bos_token", false)
+      .scalar("neg", Meta::Int8, std::int8_t{-5})
+      .scalar("big", Meta::UInt64, std::uint64_t{1} << 40)
+      .scalar("wide", Meta::Float64, 0.125)
+      .strings("tokenizer.ggml.tokens", {"a", "b", "\xC3\xA9"})
+      .i32s("tokenizer.ggml.token_type", {1, 3, -1});
+  const at::Tensor f = at::arange(8, at::kFloat).view({2, 4}) - 3;
+  g.f32_tensor("f32", f);
+  const at::Tensor h = f.to(at::kHalf), bf = f.to(at::kBFloat16);
+  g.tensor("f16", {2, 4}, Tensor::F16, std::string(static_cast<const char*>(h.data_ptr()), h.nbytes()));
+  g.tensor("bf16", {2, 4}, Tensor::BF16, std::string(static_cast<const char*>(bf.data_ptr()), bf.nbytes()));
+  std::vector<int> codes(32), q(32);
+  for (int j = 0; j < 32; ++j) codes[j] = (j * 7) % 16, q[j] = j * 8 - 128;
+  g.tensor("q4_1", {2, 32}, Tensor::Q4_1, q4_1_block(0.5F, -2.0F, codes) + q4_1_block(0.25F, 1.0F, codes));
+  g.tensor("q4_0", {1, 32}, Tensor::Q4_0, q4_0_block(0.5F, codes));
+  g.tensor("q8_0", {32}, Tensor::Q8_0, q8_0_block(0.125F, q));
+  return g;
+}
+
 } // namespace ftopt::test
