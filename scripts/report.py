@@ -325,12 +325,13 @@ def render_readme_measured(which):
 
 
 FTOPT_LLM_LOSS = "fused, vocabulary-tiled linear cross-entropy"
+PYTHON_CHUNKED_LOSS = "the loss over the hidden states in chunks"
 
 
 def python_llm_loss(entry):
     """The loss Python's strongest way computed in an LLM entry, and whether a chunked way ran at all."""
     if (strongest_way(entry) or "").endswith("_chunked"):
-        return "the loss over the hidden states in chunks"
+        return PYTHON_CHUNKED_LOSS
     if any(w + "_ms" in entry for w in CHUNKED_WAYS):
         return "transformers' loss over the whole logits"
     return "transformers' loss over the whole logits; no chunked-loss way in this run"
@@ -361,7 +362,7 @@ def render_llm_peer_memory(machine):
              f"| ftopt, FusedAdamW, {FTOPT_LLM_LOSS} | {e['ftopt_rss_MiB']:.0f} | | "
              f"{e['ftopt_tensor_peak_MiB']:.0f} |"]
     for counter, how in (("py_rss_MiB", "transformers' loss over the logits"),
-                         ("py_chunked_rss_MiB", "the loss over the hidden states in chunks")):
+                         ("py_chunked_rss_MiB", PYTHON_CHUNKED_LOSS)):
         if counter in e:
             lines.append(f"| transformers + PEFT, sdpa, fused AdamW, eager, {how} | {e[counter]:.0f} | "
                          f"**{ratio(e[counter] / e['ftopt_rss_MiB'])}** | |")
