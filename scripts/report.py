@@ -387,10 +387,20 @@ def minutes(seconds):
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
+def repository_relative(word):
+    """An absolute path into a build tree ('/any/checkout/build/apps/finetune') from its build folder
+    on ('build/apps/finetune'), so the line reads the same whichever checkout ran the benchmark."""
+    if not word.startswith(os.sep):
+        return word
+    parts = word.split(os.sep)
+    builds = [i for i, part in enumerate(parts) if part.startswith("build")]
+    return os.sep.join(parts[builds[-1]:]) if builds else word
+
+
 def run_line(context):
     """The machine, the command (paths under the repository shortened, --results left out) and the
     run's wall time, from a result file of the main job (`finetune --results FILE`)."""
-    words = context.get("command", "finetune").replace(ROOT + os.sep, "").split()
+    words = [repository_relative(w) for w in context.get("command", "finetune").split()]
     command = " ".join(w for i, w in enumerate(words) if w != "--results" and (i == 0 or words[i - 1] != "--results"))
     return f"Machine: {machine_line(context)}; `{command}`: the whole run took {minutes(context['wall_s'])}."
 

@@ -166,7 +166,7 @@ TEXT_ROW = {"run_type": "iteration", "epoch_s": 120.0, "data_wait_pct": 0.4, "pe
 FINETUNE_TEXT = {
     "context": {**MACHINE, "executable": "finetune_text", "wall_s": 366.0, "train_articles": 1780,
                 "test_articles": 445, "max_length": 128, "batch": 32, "epochs": 1,
-                "command": "build/apps/finetune --results /tmp/t.json --rows LoRA"},
+                "command": "/elsewhere/checkout/build/apps/finetune --results /tmp/t.json --rows LoRA"},
     "benchmarks": [{**TEXT_ROW, "name": "baseline: fp32, full fine-tuning, torch AdamW"},
                    {**TEXT_ROW, "name": "Bf16Mixed + peft::Lora", "epoch_s": 40.0, "speedup_x": 3.0, "trainable": 75653,
                     "int8_acc_pct": 0.0, "int8_speedup_x": 0.0}]}
