@@ -12,7 +12,8 @@
 // recipe's LoRA or full fine-tuning, optim::FusedAdamW; "llama-lora": bench_llm_peer's step,
 // SmolLM2-135M's architecture, batch 8 x 256 tokens, LoRA r 16 on all seven projections, the
 // fused loss.)
-// ("shapes" keys each row by the op's input shapes too.) With FTOPT_PROFILE_OUT=FILE it also
+// ("shapes" keys each row by the op's input shapes too; FTOPT_PROFILE_CALLERS=1 by the four ops
+// or autograd nodes that called it.) With FTOPT_PROFILE_OUT=FILE it also
 // writes the table as JSON in Google Benchmark's shape (one run per op, ms per step, with the
 // machine's context), which scripts/report.py --store files as profile_step_<precision>_<what>.
 #include <algorithm>
@@ -52,6 +53,7 @@ struct Row {
 /// it, and a range's time less its children's is its own.
 std::map<std::string, Row> self_times(const prof::thread_event_lists& lists, bool by_shape) {
   std::map<std::string, Row> rows;
+  const bool callers = std::getenv("FTOPT_PROFILE_CALLERS") != nullptr;
   for (const auto& events : lists) {
     struct Open {
       const prof::LegacyEvent* push;
@@ -74,6 +76,8 @@ std::map<std::string, Row> self_times(const prof::thread_event_lists& lists, boo
           }
           key += shapes.str();
         }
+        if (callers)  // the four enclosing ranges, nearest first
+          for (std::size_t up = 0; up < 4 && up < stack.size(); ++up) key += " < " + std::string(stack[stack.size() - 1 - up].push->name());
         Row& row = rows[key];
         row.self_us += total - open.children_us;
         ++row.calls;

@@ -63,12 +63,38 @@ TEST_CASE("linear_cross_entropy: the loss and gradients of materialized logits, 
       got.backward();
       CHECK(torch::allclose(h.grad(), hn_ref.grad(), 1e-4, 1e-7));
       CHECK(torch::allclose(w.grad(), wn_ref.grad(), 1e-4, 1e-6));
+      // A frozen head: the one sweep with the running maximum.
+      auto h_only = hn.clone().requires_grad_(true);
+      const auto frozen = loss::linear_cross_entropy(h_only, wn, yn, chunk);
+      CHECK(frozen.item<double>() == Approx(expected.item<double>()).epsilon(1e-5));
+      frozen.backward();
+      CHECK(torch::allclose(h_only.grad(), hn_ref.grad(), 1e-4, 1e-7));
     }
   }
-  // A frozen head (tied embeddings under LoRA) gets no gradient and costs none.
-  auto h = h0.clone().requires_grad_(true);
-  (loss::linear_cross_entropy(h, w0, labels, 4) * 3).backward();
-  CHECK(torch::allclose(h.grad(), h_ref.grad(), 1e-5, 1e-6));
+  // A frozen head (tied embeddings under LoRA) gets no gradient and costs none; its one sweep
+  // gives the same loss and gradient, for every tile width, logits far apart included (the
+  // running maximum rescales what came before).
+  for (const std::int64_t chunk : {1, 4, 11, 64}) {
+    INFO("frozen head, chunk " << chunk);
+    auto h = h0.clone().requires_grad_(true);
+    const auto got = loss::linear_cross_entropy(h, w0, labels, chunk);
+    CHECK(got.item<double>() == Approx(want.item<double>()).epsilon(1e-6));
+    (got * 3).backward();
+    CHECK(torch::allclose(h.grad(), h_ref.grad(), 1e-5, 1e-6));
+    CHECK_FALSE(w0.grad().defined());
+  }
+  {
+    auto w_spread = w0.clone();
+    w_spread.slice(0, 20, 30).mul_(40);  // the last tiles' logits dwarf the first ones'
+    auto h_ref2 = h0.clone().requires_grad_(true), h = h0.clone().requires_grad_(true);
+    const auto want2 = torch::nn::functional::cross_entropy(torch::matmul(h_ref2, w_spread.t()), labels,
+                                                            torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+    want2.backward();
+    const auto got = loss::linear_cross_entropy(h, w_spread, labels, 1);
+    CHECK(got.item<double>() == Approx(want2.item<double>()).epsilon(1e-6));
+    got.backward();
+    CHECK(torch::allclose(h.grad(), h_ref2.grad(), 1e-5, 1e-6));
+  }
   // Every label ignored: 0, as a mean over nothing that trains nothing.
   auto none = h0.clone().requires_grad_(true);
   const auto zero = loss::linear_cross_entropy(none, w0, torch::full({11}, -100, torch::kLong));
@@ -110,4 +136,25 @@ TEST_CASE("fused_causal_lm: a Llama's hidden states and head give causal_lm of i
       CHECK((grads[1][i] - grads[0][i]).norm().item<double>() <=
             (bf16 ? 2e-2 : 1e-5) * grads[0][i].norm().item<double>() + 1e-7);
   }
+}
+
+TEST_CASE("linear_cross_entropy under bf16 autocast with a frozen head: causal_lm of the bf16 logits", "[loss]") {
+  const auto h0 = torch::randn({300, 64}), w = torch::randn({1000, 64}) * 0.2;
+  auto labels = torch::randint(0, 1000, {300}, torch::kLong);
+  labels.slice(0, 0, 40).fill_(-100);
+  auto h_ref = h0.clone().requires_grad_(true), h = h0.clone().requires_grad_(true);
+  torch::Tensor want, got;
+  {
+    compat::AutocastScope autocast(torch::kCPU, torch::kBFloat16);
+    want = torch::nn::functional::cross_entropy(torch::matmul(h_ref, w.t()).to(torch::kFloat), labels,
+                                                torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+    got = loss::linear_cross_entropy(h, w, labels, 8);
+  }
+  want.backward();
+  got.backward();
+  CHECK(got.scalar_type() == torch::kFloat);
+  CHECK(got.item<double>() == Approx(want.item<double>()).epsilon(1e-3));
+  // Both round the GEMMs' operands to bf16; the fused one also each tile's softmax before its
+  // product with W, autocast's the whole gradient of the logits: within bf16's 2^-8.
+  CHECK((h.grad() - h_ref.grad()).norm().item<double>() <= 1e-2 * h_ref.grad().norm().item<double>());
 }

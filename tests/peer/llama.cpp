@@ -136,6 +136,11 @@ int main(int argc, char** argv) {
        out.insert("loss", value.detach());
        out.insert("grad_h", h.grad());
        out.insert("grad_w", w.grad());
+       auto h_only = in["h"].detach().clone().requires_grad_(true);  // a frozen head: the one-sweep path
+       const auto frozen = loss::linear_cross_entropy(h_only, in["w"].detach(), in["labels"]);
+       frozen.backward();
+       out.insert("frozen_loss", frozen.detach());
+       out.insert("frozen_grad_h", h_only.grad());
        peer::save(work, "fused.ftopt.safetensors", out);
      }},
     {"generate", [](const std::vector<std::string>& args, const std::filesystem::path& work) {

@@ -174,6 +174,8 @@ got = peer.load("fused.ftopt.safetensors")
 peer.close("fused loss equal to F.cross_entropy over the logits", got["loss"], expected.detach(), atol=1e-5)
 peer.close("its gradient of the hidden states", got["grad_h"], h.grad, atol=1e-7)
 peer.close("its gradient of the head", got["grad_w"], w.grad, atol=1e-7)
+peer.close("with the head frozen, the same loss", got["frozen_loss"], expected.detach(), atol=1e-5)
+peer.close("and the same gradient of the hidden states", got["frozen_grad_h"], h.grad, atol=1e-7)
 
 titles = [a.split("\n")[0] for a in articles[::450]][:5]
 encoded = [e.ids for e in reference.encode_batch(titles)]

@@ -66,11 +66,18 @@ inline constexpr std::int64_t rows_per_pass = 2048;
 ///
 /// The rows go through in passes of up to rows_per_pass; each pass reads the weight in tiles of
 /// `columns` vocabulary rows, so each GEMM multiplies all the pass's rows by one tile, and the
-/// weight is read (and packed by the GEMM) once per pass rather than once per few rows. A first
-/// sweep over the tiles gathers each row's log-sum-exp (combined tile by tile) and its label's
-/// logit; a second computes each tile's logits again and turns them into the gradient
-/// (softmax - onehot): three GEMMs where the logits kept whole would take two, each as fast as one
-/// over the whole weight.
+/// weight is read (and packed by the GEMM) once per pass rather than once per few rows.
+///
+/// Where only the hidden states learn (a frozen head: tied embeddings under LoRA), one sweep does
+/// it, as attention's online softmax does (the gradient of h is softmax(h W^T) W - W[label], an
+/// attention whose keys and values are both W): each tile's logits update the row's running
+/// maximum m and sum l of exp(logit - m), and acc = sum of exp(logits - m) W_tile, rescaled by
+/// exp(m_old - m_new) when m grows; then d loss / d h = acc / l - W[label]. Two GEMMs per tile,
+/// as the logits kept whole would take.
+///
+/// Where the head learns too, its gradient needs each tile's final softmax: a first sweep gathers
+/// each row's log-sum-exp and its label's logit, a second computes each tile's logits again and
+/// turns them into the gradient (softmax - onehot), three GEMMs per tile.
 struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& labels, std::int64_t chunk, at::ScalarType compute) {
@@ -100,6 +107,28 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
       };
       at::Tensor lse = at::full({n}, -std::numeric_limits<float>::infinity(), h.options().dtype(at::kFloat));
       at::Tensor label_logit = at::zeros({n}, lse.options());
+      const at::Tensor rows = (kc.to(at::kFloat) * scale).unsqueeze(1);
+      if (want_h && !want_w) {
+        at::Tensor max = lse.clone();  // the running maximum m, -inf at first
+        at::Tensor sum = at::zeros({n}, lse.options()), acc = at::zeros({n, h.size(1)}, lse.options());
+        for (std::int64_t first = 0; first < V; first += columns) {
+          const auto width = std::min(columns, V - first);
+          at::Tensor p = tile_logits(first, width);
+          const auto [column, in] = label_in(first, width);
+          label_logit += p.gather(1, column).squeeze(1) * in;
+          const at::Tensor grown = at::maximum(max, p.amax(1));
+          const at::Tensor rescale = (max - grown).exp_();  // 0 on the first tile: exp(-inf)
+          max.copy_(grown);
+          p.sub_(grown.unsqueeze(1)).exp_();
+          sum.mul_(rescale).add_(p.sum(1));
+          acc.mul_(rescale.unsqueeze(1)).add_(at::matmul(p.to(compute), w.narrow(0, first, width)));
+        }
+        total += ((at::log(sum).add_(max) - label_logit) * kc).sum();
+        // softmax(h W^T) W less the label's row, each kept row scaled by 1 / count.
+        const at::Tensor label_rows = w.index_select(0, yc.clamp(0, V - 1)).to(at::kFloat);
+        grad_h.narrow(0, start, n).copy_(acc.div_(sum.unsqueeze(1)).sub_(label_rows).mul_(rows));
+        continue;
+      }
       for (std::int64_t first = 0; first < V; first += columns) {
         const auto width = std::min(columns, V - first);
         const at::Tensor logits = tile_logits(first, width);
@@ -111,7 +140,6 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
       if (!want_h && !want_w) continue;
       // d loss / d logits = (softmax - onehot) / count on kept rows, 0 elsewhere; the row scale is
       // applied to the [n, H] products, not to the [n, V] ones.
-      const at::Tensor rows = (kc.to(at::kFloat) * scale).unsqueeze(1);
       at::Tensor sum_h = want_h ? at::zeros({n, h.size(1)}, lse.options()) : at::Tensor();
       const at::Tensor scaled_h = want_w ? hc.to(at::kFloat).mul(rows) : at::Tensor();
       for (std::int64_t first = 0; first < V; first += columns) {
