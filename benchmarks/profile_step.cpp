@@ -77,7 +77,8 @@ std::map<std::string, Row> self_times(const prof::thread_event_lists& lists, boo
           key += shapes.str();
         }
         if (callers)  // the four enclosing ranges, nearest first
-          for (std::size_t up = 0; up < 4 && up < stack.size(); ++up) key += " < " + std::string(stack[stack.size() - 1 - up].push->name());
+          for (std::size_t up = 0; up < 4 && up < stack.size(); ++up)
+            key += " < " + std::string(stack[stack.size() - 1 - up].push->name());
         Row& row = rows[key];
         row.self_us += total - open.children_us;
         ++row.calls;

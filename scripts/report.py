@@ -388,12 +388,13 @@ def minutes(seconds):
 
 
 def repository_relative(word):
-    """An absolute path into a build tree ('/any/checkout/build/apps/finetune') from its build folder
-    on ('build/apps/finetune'), so the line reads the same whichever checkout ran the benchmark."""
+    """An absolute path into a build folder ('build' or 'build-*': '/any/checkout/build/apps/finetune')
+    from that folder on ('build/apps/finetune'), so the line reads the same whichever checkout ran
+    the benchmark."""
     if not word.startswith(os.sep):
         return word
     parts = word.split(os.sep)
-    builds = [i for i, part in enumerate(parts) if part.startswith("build")]
+    builds = [i for i, part in enumerate(parts[:-1]) if part == "build" or part.startswith("build-")]
     return os.sep.join(parts[builds[-1]:]) if builds else word
 
 

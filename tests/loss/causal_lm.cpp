@@ -15,6 +15,14 @@
 using namespace ftopt;
 using Catch::Matchers::Contains;
 
+namespace {
+/// F.cross_entropy over materialized logits, -100 ignored: what the fused loss must equal.
+torch::Tensor materialized_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
+  return torch::nn::functional::cross_entropy(logits, labels,
+                                              torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+}
+} // namespace
+
 TEST_CASE("causal_lm: logit t predicts label t + 1, -100 is ignored, the mean is over the rest", "[loss]") {
   const auto logits = torch::randn({2, 4, 6});
   const auto labels = torch::tensor({{3, 1, -100, 5}, {-100, 0, 2, -100}}, torch::kLong);
@@ -33,8 +41,7 @@ TEST_CASE("linear_cross_entropy: the loss and gradients of materialized logits, 
   auto labels = torch::randint(0, 30, {11}, torch::kLong);
   labels[2] = labels[7] = -100;
   auto h_ref = h0.clone().requires_grad_(true), w_ref = w0.clone().requires_grad_(true);
-  const auto want = torch::nn::functional::cross_entropy(torch::matmul(h_ref, w_ref.t()), labels,
-                                                         torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+  const auto want = materialized_loss(torch::matmul(h_ref, w_ref.t()), labels);
   (want * 3).backward();
   for (const std::int64_t chunk : {1, 4, 11, 64}) {
     INFO("chunk " << chunk);
@@ -52,8 +59,7 @@ TEST_CASE("linear_cross_entropy: the loss and gradients of materialized logits, 
     auto yn = torch::randint(0, 7, {N}, torch::kLong);
     yn.slice(0, 100, 2100).fill_(-100);
     auto hn_ref = hn.clone().requires_grad_(true), wn_ref = wn.clone().requires_grad_(true);
-    const auto expected = torch::nn::functional::cross_entropy(
-        torch::matmul(hn_ref, wn_ref.t()), yn, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+    const auto expected = materialized_loss(torch::matmul(hn_ref, wn_ref.t()), yn);
     expected.backward();
     for (const std::int64_t chunk : {1, 900, 4096}) {
       INFO("chunk " << chunk);
@@ -87,8 +93,7 @@ TEST_CASE("linear_cross_entropy: the loss and gradients of materialized logits, 
     auto w_spread = w0.clone();
     w_spread.slice(0, 20, 30).mul_(40);  // the last tiles' logits dwarf the first ones'
     auto h_ref2 = h0.clone().requires_grad_(true), h = h0.clone().requires_grad_(true);
-    const auto want2 = torch::nn::functional::cross_entropy(torch::matmul(h_ref2, w_spread.t()), labels,
-                                                            torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+    const auto want2 = materialized_loss(torch::matmul(h_ref2, w_spread.t()), labels);
     want2.backward();
     const auto got = loss::linear_cross_entropy(h, w_spread, labels, 1);
     CHECK(got.item<double>() == Approx(want2.item<double>()).epsilon(1e-6));
@@ -146,8 +151,7 @@ TEST_CASE("linear_cross_entropy under bf16 autocast with a frozen head: causal_l
   torch::Tensor want, got;
   {
     compat::AutocastScope autocast(torch::kCPU, torch::kBFloat16);
-    want = torch::nn::functional::cross_entropy(torch::matmul(h_ref, w.t()).to(torch::kFloat), labels,
-                                                torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+    want = materialized_loss(torch::matmul(h_ref, w.t()).to(torch::kFloat), labels);
     got = loss::linear_cross_entropy(h, w, labels, 8);
   }
   want.backward();
