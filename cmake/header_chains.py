@@ -13,7 +13,8 @@ P and check its headers as strictly, when P is one its first header includes (th
 headers, unconditionally): then every header of the chain includes P when compiled alone, and
 P coming first hides nothing from the check, since a header that uses P's declarations without
 including P is a header whose closure lacks P, which no chain of P holds, so it is checked
-without P. Each chain takes the first of PRECOMPILED that its first header includes, or none.
+without P. Each chain takes the first of PRECOMPILED that its first header includes, or none,
+and is cut where a later header would take another (split_by_tier).
 
   header_chains.py write INCLUDE_DIR OUT_DIR    one chain_<tier>_NNN.cpp per chain in OUT_DIR
                                                 (tier: a key of PRECOMPILED, or plain)
@@ -96,6 +97,26 @@ def chains(closure):
     return out
 
 
+def split_by_tier(root, closure, chains):
+    """(tier, chain) pairs: each chain cut where its tier changes. A header includes all the
+    ones before it, so the tiers along a chain only move up PRECOMPILED's order, and each piece is
+    a chain that starts from the precompiled header its own first header includes: a chain from
+    a header that includes no LibTorch header (kernel_options.hpp) to one that includes
+    torch/nn/module.h parses LibTorch's headers from the start when whole, and checks its
+    LibTorch-free headers in a moment and the others from the precompiled header when cut."""
+    out = []
+    for chain in chains:
+        pieces = []
+        for header in chain:
+            key = tier(root, closure, header)
+            if pieces and pieces[-1][0] == key:
+                pieces[-1][1].append(header)
+            else:
+                pieces.append((key, [header]))
+        out += pieces
+    return out
+
+
 def read_chain(path):
     return [m.group(1) for line in path.read_text().splitlines() if (m := INCLUDE.match(line))]
 
@@ -107,10 +128,10 @@ def main(mode, include_dir, out_dir):
         out.mkdir(parents=True, exist_ok=True)
         for old in out.glob('chain_*.cpp'):
             old.unlink()
-        for i, chain in enumerate(chains(closure)):
+        for i, (key, chain) in enumerate(split_by_tier(root, closure, chains(closure))):
             text = '// Each header includes every one above it (cmake/header_chains.py).\n'
             text += ''.join(f'#include <{h}>\n' for h in chain)
-            (out / f'chain_{tier(root, closure, chain[0])}_{i:03d}.cpp').write_text(text)
+            (out / f'chain_{key}_{i:03d}.cpp').write_text(text)
         return 0
     seen = []
     for path in sorted(out.glob('chain_*.cpp')):

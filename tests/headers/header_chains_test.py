@@ -89,6 +89,17 @@ class HeaderChains(unittest.TestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn("no longer starts from that precompiled header", result.stderr)
 
+    def test_a_chain_is_cut_where_its_headers_start_from_another_precompiled_header(self):
+        # a includes no LibTorch header; b includes a and <torch/nn/module.h>; c includes b. One
+        # chain [a, b, c] by the include order, checked as [a] alone and [b, c] from module.h.
+        tree = Tree({"a.hpp": "#include <vector>\n", "b.hpp": include("a.hpp") + "#include <torch/nn/module.h>\n",
+                     "c.hpp": include("b.hpp")})
+        self.assertEqual(tree.run("write").returncode, 0)
+        tiers = sorted((p.name.split("_")[1], re.findall(r"#include <ftopt/(.*)>", p.read_text()))
+                       for p in tree.out.glob("chain_*.cpp"))
+        self.assertEqual(tiers, [("module", ["b.hpp", "c.hpp"]), ("plain", ["a.hpp"])])
+        self.assertEqual(tree.run("verify").returncode, 0)
+
     def test_a_bad_command_prints_the_usage(self):
         result = subprocess.run([sys.executable, str(SCRIPT), "check"], capture_output=True, text=True)
         self.assertEqual(result.returncode, 2)

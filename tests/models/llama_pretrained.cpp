@@ -25,7 +25,7 @@ using namespace ftopt;
 using Catch::Matchers::Contains;
 
 namespace {
-models::LlamaOptions tiny_options(bool qwen = false) {
+models::LlamaOptions tiny_llama_options(bool qwen = false) {
   return {.vocab_size = 48, .hidden = 16, .intermediate = 24, .layers = 2, .heads = 4, .kv_heads = 2,
           .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 50000.0, .qkv_bias = qwen,
           .tie_word_embeddings = !qwen};
@@ -97,7 +97,7 @@ void randomize(models::Llama& model) {
 TEST_CASE("Llama from GGUF: llama's permuted q/k rows and qwen2's biases load back as they were", "[models][llama][gguf]") {
   const test::ScratchDir scratch("llama-gguf");
   for (const std::string arch : {"llama", "qwen2"}) {
-    models::Llama original(tiny_options(arch == "qwen2"));
+    models::Llama original(tiny_llama_options(arch == "qwen2"));
     randomize(original);
     gguf_of(original, arch).write(scratch.path / (arch + ".gguf"));
     const weights::Gguf file(scratch.path / (arch + ".gguf"));
@@ -172,7 +172,7 @@ TEST_CASE("Llama from GGUF for QLoRA: the file's Q4_1 blocks become the bases as
 TEST_CASE("Llama from GGUF: rope_freqs.weight (Llama 3.1's factors) loads as Llama 3's rope scaling",
           "[models][llama][gguf]") {
   const test::ScratchDir scratch("llama-gguf-rope-freqs");
-  auto options = tiny_options();
+  auto options = tiny_llama_options();
   options.hidden = 64;  // 16 dimensions a head: 8 frequencies
   options.rope_theta = 500000.0;
   options.max_position_embeddings = 131072;
@@ -242,14 +242,14 @@ TEST_CASE("Llama from GGUF: another architecture, a missing layer or a stray ten
   CHECK_THAT(test::message_of([&] { models::load_llama_gguf(path); }),
              Contains("bad.gguf: general.architecture is 'gpt2', not 'llama' or 'qwen2'"));
 
-  models::Llama original(tiny_options());
+  models::Llama original(tiny_llama_options());
   auto stray = gguf_of(original, "llama");
   stray.f32_tensor("blk.0.attn_q_norm.weight", torch::ones({4}));
   stray.write(path);
   CHECK_THAT(test::message_of([&] { models::load_llama_gguf(path); }),
              Contains("bad.gguf: tensors models::Llama has no place for: blk.0.attn_q_norm.weight"));
 
-  auto three = tiny_options();
+  auto three = tiny_llama_options();
   three.layers = 3;
   models::Llama deeper(three);
   gguf_of(deeper, "llama", "blk.2.").write(path);  // block_count says 3, the tensors stop at 2
@@ -261,7 +261,7 @@ TEST_CASE("Llama from GGUF: another architecture, a missing layer or a stray ten
 TEST_CASE("Llama from a folder: config.json, safetensors shards and their index", "[models][llama]") {
   const test::ScratchDir scratch("llama-folder");
   const auto& dir = scratch.path;
-  models::Llama original(tiny_options(/*qwen=*/true));
+  models::Llama original(tiny_llama_options(/*qwen=*/true));
   randomize(original);
   nlohmann::json config = {{"model_type", "qwen2"}, {"vocab_size", 48}, {"hidden_size", 16},
                            {"intermediate_size", 24}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
@@ -328,7 +328,7 @@ TEST_CASE("save_llama: the folder loads back with the same logits, and its confi
   torch::NoGradGuard no_grad;
   const auto ids = torch::randint(0, 48, {2, 5}, torch::kLong);
   for (const bool qwen : {false, true}) {
-    auto options = tiny_options(qwen);
+    auto options = tiny_llama_options(qwen);
     if (!qwen) options.rope_scaling = models::Llama3RopeScaling{.factor = 8.0, .original_max_position_embeddings = 16};
     models::Llama original(options);
     randomize(original);
@@ -353,7 +353,7 @@ TEST_CASE("save_llama: the folder loads back with the same logits, and its confi
 TEST_CASE("save_llama: merged LoRA is saved as plain weights, an unmerged one is an error and writes nothing",
           "[models][llama][peft]") {
   const test::ScratchDir scratch("llama-save-lora");
-  models::Llama model(tiny_options());
+  models::Llama model(tiny_llama_options());
   randomize(model);
   peft::Lora lora({.r = 4, .alpha = 8, .targets = {"q_proj", "v_proj", "down_proj"}});
   lora.attach(*model);
@@ -386,14 +386,14 @@ TEST_CASE("save_llama: merged LoRA is saved as plain weights, an unmerged one is
 
 TEST_CASE("save_llama: options neither config can hold and a dtype safetensors' models do not use are errors",
           "[models][llama]") {
-  auto options = tiny_options();
+  auto options = tiny_llama_options();
   options.o_bias = true;
   CHECK_THAT(test::message_of([&] { models::llama_config_json(options, at::kFloat); }),
              Contains("an o_proj bias without q/k/v biases"));
-  options = tiny_options(/*qwen=*/true);
+  options = tiny_llama_options(/*qwen=*/true);
   options.mlp_bias = true;
   CHECK_THAT(test::message_of([&] { models::llama_config_json(options, at::kFloat); }),
              Contains("Qwen2's, whose MLP has no biases"));
-  CHECK_THAT(test::message_of([&] { models::llama_config_json(tiny_options(), at::kInt); }),
+  CHECK_THAT(test::message_of([&] { models::llama_config_json(tiny_llama_options(), at::kInt); }),
              Contains("dtype Int is not float32, bfloat16 or float16"));
 }
