@@ -138,11 +138,13 @@ TEST_CASE("GGUF: fuzz: mutated and truncated files are errors, never crashes", "
   CHECK(outcome.read > 0);  // some mutations land in tensor values, which read as other numbers
 }
 
-TEST_CASE("GGUF: fuzz: mutated Q4_K, Q6_K, Q8_0 and Q4_1 tensors dequantize or are errors", "[fuzz][weights][gguf]") {
+TEST_CASE("GGUF: fuzz: mutated Q4_K, Q6_K, Q5_0, Q5_1, Q8_0 and Q4_1 tensors dequantize or are errors",
+          "[fuzz][weights][gguf]") {
   const test::ScratchDir scratch("fuzz-gguf-k-quants");
   // Blocks of fixed random bytes (ggml-common.h's layouts, storage/ggml.hpp) under scales that
   // are ordinary numbers: Q4_K d, dmin, 12 bytes of 6-bit scales and mins, 128 of nibbles; Q6_K
-  // 128 bytes of low nibbles, 64 of high pairs, 16 int8 scales, d.
+  // 128 bytes of low nibbles, 64 of high pairs, 16 int8 scales, d; Q5_0 d, 4 bytes of fifth bits,
+  // 16 of nibbles; Q5_1 d, m, then the same.
   std::mt19937 draw(5);
   auto random_bytes = [&](std::size_t n) {
     std::string s(n, '\0');
@@ -152,12 +154,16 @@ TEST_CASE("GGUF: fuzz: mutated Q4_K, Q6_K, Q8_0 and Q4_1 tensors dequantize or a
   std::string q4_k;
   for (int b = 0; b < 2; ++b) q4_k += test::half_bytes(0.25F) + test::half_bytes(0.125F) + random_bytes(12 + 128);
   const std::string q6_k = random_bytes(128 + 64 + 16) + test::half_bytes(0.5F);
+  const std::string q5_0 = test::half_bytes(0.25F) + random_bytes(4 + 16);
+  const std::string q5_1 = test::half_bytes(0.5F) + test::half_bytes(-1.0F) + random_bytes(4 + 16);
   std::vector<int> q(32), codes(32);
   for (int j = 0; j < 32; ++j) q[j] = j * 8 - 128, codes[j] = (j * 5) % 16;
   test::GgufBuilder g;
   g.string("general.architecture", "llama").u32("general.alignment", 32);
   g.tensor("q4_k", {2, 256}, fuzz_readers::Type::Q4_K, q4_k)
       .tensor("q6_k", {1, 256}, fuzz_readers::Type::Q6_K, q6_k)
+      .tensor("q5_0", {32}, fuzz_readers::Type::Q5_0, q5_0)
+      .tensor("q5_1", {32}, fuzz_readers::Type::Q5_1, q5_1)
       .tensor("q8_0", {2, 32}, fuzz_readers::Type::Q8_0, test::q8_0_block(0.125F, q) + test::q8_0_block(-0.5F, q))
       .tensor("q4_1", {32}, fuzz_readers::Type::Q4_1, test::q4_1_block(0.5F, -2.0F, codes));
   const std::string good = g.bytes();

@@ -9,8 +9,9 @@
 //   q4_1 GGUF WORK                    storage::Q4_1's blocks of q4_1.input.safetensors' "w" and, for every
 //                                     Q4_1 tensor of GGUF, whether quantize(dequantize(blocks)) gives
 //                                     its bytes back -> q4_1.ftopt.safetensors {blocks, same, tensors}
-//   k-quants WORK                     storage::ggml::dequantize of kquants.input.safetensors {q4_k,
-//                                     q6_k} (raw blocks) -> kquants.ftopt.safetensors {q4_k, q6_k}
+//   blocks WORK                       storage::ggml::dequantize of blocks.input.safetensors (raw
+//                                     blocks named by their type: q4_k, q5_0, ...) ->
+//                                     blocks.ftopt.safetensors, the same names
 //   fused-loss WORK                   loss::linear_cross_entropy of fused.input.safetensors {h, w,
 //                                     labels} -> fused.ftopt.safetensors {loss, grad_h, grad_w}
 //   generate GGUF WORK                SmolLM2's chat prompt for the user message of generate.jsonl,
@@ -222,14 +223,19 @@ int main(int argc, char** argv) {
        out.insert("logits", model(packed.input));
        peer::save(work, "packed.ftopt.safetensors", out);
      }},
-    {"k-quants", [](const std::vector<std::string>&, const std::filesystem::path& work) {
-       auto in = peer::load(work, "kquants.input.safetensors");
+    {"blocks", [](const std::vector<std::string>&, const std::filesystem::path& work) {
+       using storage::ggml::Type;
+       auto in = peer::load(work, "blocks.input.safetensors");
        weights::StateDict out;
-       out.insert("q4_k", storage::ggml::dequantize(in["q4_k"], storage::ggml::Type::Q4_K,
-                                                    {in["q4_k"].numel() / 144 * 256}, at::kFloat));
-       out.insert("q6_k", storage::ggml::dequantize(in["q6_k"], storage::ggml::Type::Q6_K,
-                                                    {in["q6_k"].numel() / 210 * 256}, at::kFloat));
-       peer::save(work, "kquants.ftopt.safetensors", out);
+       for (const auto& [name, type] : {std::pair{"q4_k", Type::Q4_K}, {"q6_k", Type::Q6_K}, {"q5_0", Type::Q5_0},
+                                        {"q5_1", Type::Q5_1}, {"q8_0", Type::Q8_0}, {"q4_0", Type::Q4_0},
+                                        {"q4_1", Type::Q4_1}}) {
+         const auto kind = *storage::ggml::layout(static_cast<std::uint32_t>(type));
+         const at::Tensor& raw = in[name];
+         out.insert(name, storage::ggml::dequantize(raw, type, {raw.numel() / kind.block_bytes * kind.block_values},
+                                                    at::kFloat));
+       }
+       peer::save(work, "blocks.ftopt.safetensors", out);
      }},
   });
 }

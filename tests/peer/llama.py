@@ -11,7 +11,8 @@ that tokenizer.json (saved by `tokenizers`) equal it on all 2,225 articles and o
 and decode back to the text. The same vocabulary behind Llama 3's pattern (with ignore_merges)
 and Qwen2's (after NFC), as tokenizer.json files, gives tokenizers' ids too.
 
-K-quants: random Q4_K and Q6_K blocks dequantize as gguf-py's quants.dequantize does.
+Blocks: random Q4_K, Q6_K, Q5_0, Q5_1, Q8_0, Q4_0 and Q4_1 blocks dequantize as gguf-py's
+quants.dequantize does.
 
 Weights: every tensor ftopt reads from the GGUF (dequantized, q/k rows un-permuted, renamed)
 equals the state dict of transformers' from_pretrained(gguf_file=...). Logits of models::Llama
@@ -143,20 +144,24 @@ peer.equal("Q4_1 blocks equal to gguf-py's quantize", got["blocks"], want.view(t
 peer.check(f"every Q4_1 tensor of the file round-trips to its bytes ({got['same'].item()} of {got['tensors'].item()})",
            got["same"].item() == got["tensors"].item() == 210)
 
-# Q4_K and Q6_K as gguf-py dequantizes them (the numpy twin of ggml-quants.c's dequantize_row_*):
-# 64 blocks of random bytes each, their fp16 scales set to finite values.
+# Every quantized type ftopt reads as gguf-py dequantizes it (the numpy twin of ggml-quants.c's
+# dequantize_row_*): 64 blocks of random bytes each, their fp16 scales (and mins) set to finite
+# values, at the byte offsets of ggml-common.h's layouts.
 generator = torch.Generator().manual_seed(4)
-k_blocks = {}
-for kind, size, scale_at in (("q4_k", 144, (0, 2)), ("q6_k", 210, (208,))):
+blocks = {}
+BLOCK_TYPES = (("q4_k", 144, (0, 2)), ("q6_k", 210, (208,)), ("q5_0", 22, (0,)), ("q5_1", 24, (0, 2)),
+               ("q8_0", 34, (0,)), ("q4_0", 18, (0,)), ("q4_1", 20, (0, 2)))
+for kind, size, scale_at in BLOCK_TYPES:
     raw = torch.randint(0, 256, (64, size), dtype=torch.uint8, generator=generator)
     for at in scale_at:
         raw[:, at:at + 2] = (torch.rand(64, generator=generator) * 0.1 + 0.001).half().view(torch.uint8).view(64, 2)
-    k_blocks[kind] = raw.flatten()
-peer.save("kquants.input.safetensors", k_blocks)
-peer.ftopt("k-quants")
-got = peer.load("kquants.ftopt.safetensors")
-for kind, qtype in (("q4_k", gguf.GGMLQuantizationType.Q4_K), ("q6_k", gguf.GGMLQuantizationType.Q6_K)):
-    want = torch.from_numpy(gguf.quants.dequantize(k_blocks[kind].numpy(), qtype).astype("float32")).flatten()
+    blocks[kind] = raw.flatten()
+peer.save("blocks.input.safetensors", blocks)
+peer.ftopt("blocks")
+got = peer.load("blocks.ftopt.safetensors")
+for kind, _, _ in BLOCK_TYPES:
+    qtype = getattr(gguf.GGMLQuantizationType, kind.upper())
+    want = torch.from_numpy(gguf.quants.dequantize(blocks[kind].numpy(), qtype).astype("float32")).flatten()
     peer.close(f"{kind.upper()} blocks dequantized as gguf-py does (64 random blocks)", got[kind], want,
                atol=1e-6, rtol=1e-6)
 

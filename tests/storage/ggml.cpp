@@ -30,9 +30,10 @@ TEST_CASE("ggml: block layouts are ggml-common.h's", "[storage][gguf]") {
     Type type;
     std::int64_t values, bytes;
   };
-  // sizeof(ggml_half) = 2; QK4_0 = QK4_1 = QK8_0 = 32; QK_K = 256; K_SCALE_SIZE = 12.
+  // sizeof(ggml_half) = 2; QK4_0 = QK4_1 = QK5_0 = QK5_1 = QK8_0 = 32; QK_K = 256; K_SCALE_SIZE = 12.
   for (const auto& [type, values, bytes] : {Row{Type::F32, 1, 4}, Row{Type::F16, 1, 2}, Row{Type::BF16, 1, 2},
                                             Row{Type::Q4_0, 32, 2 + 16}, Row{Type::Q4_1, 32, 2 * 2 + 16},
+                                            Row{Type::Q5_0, 32, 2 + 4 + 16}, Row{Type::Q5_1, 32, 2 * 2 + 4 + 16},
                                             Row{Type::Q8_0, 32, 2 + 32}, Row{Type::Q4_K, 256, 2 * 2 + 12 + 128},
                                             Row{Type::Q6_K, 256, 128 + 64 + 16 + 2}}) {
     const auto layout = storage::ggml::layout(static_cast<std::uint32_t>(type));
@@ -67,11 +68,37 @@ TEST_CASE("ggml: Q4_1 rows dequantize on their own, in any order, to any float t
 TEST_CASE("ggml: a type ftopt does not read, or bytes that do not fit the shape, are errors", "[storage][gguf]") {
   const at::Tensor bytes = at::zeros({144}, at::kByte);
   CHECK_THAT(test::message_of([&] { storage::ggml::dequantize(at::zeros({176}, at::kByte), Type::Q5_K, {256}, at::kFloat); }),
-             Contains("type Q5_K is not one ftopt reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"));
+             Contains("type Q5_K is not one ftopt reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K)"));
   CHECK_THAT(test::message_of([&] { storage::ggml::dequantize(bytes, Type::Q4_1, {64}, at::kFloat); }),
              Contains("144 bytes do not hold 64 values of type Q4_1"));
 }
 
+
+TEST_CASE("ggml: Q5_0 and Q5_1 take each value's fifth bit from the block's 32-bit word", "[storage][gguf]") {
+  // quantize_row_q5_0_ref's packing: value j < 16 in byte j's low nibble, value j + 16 in its high
+  // one; value v's fifth bit is bit v of the little-endian word before the nibbles.
+  std::array<int, 32> q{};
+  std::array<std::uint8_t, 16> qs{};
+  std::uint32_t fifth = 0;
+  for (int v = 0; v < 32; ++v) {
+    q[v] = (11 * v + 5) % 32;  // both halves of the range, so every fifth bit is set somewhere
+    qs[v % 16] |= static_cast<std::uint8_t>(v < 16 ? (q[v] & 0xF) : (q[v] & 0xF) << 4);
+    fifth |= static_cast<std::uint32_t>(q[v] >> 4) << v;
+  }
+  const std::string high{static_cast<char>(fifth & 0xFF), static_cast<char>((fifth >> 8) & 0xFF),
+                         static_cast<char>((fifth >> 16) & 0xFF), static_cast<char>(fifth >> 24)};
+  const std::string nibbles(qs.begin(), qs.end());
+  const at::Tensor q5_0 = storage::ggml::dequantize(bytes_of(half_bytes(0.5F) + high + nibbles + half_bytes(-2.0F) +
+                                                             high + nibbles),
+                                                    Type::Q5_0, {2, 32}, at::kFloat);
+  const at::Tensor q5_1 = storage::ggml::dequantize(bytes_of(half_bytes(0.25F) + half_bytes(-3.0F) + high + nibbles),
+                                                    Type::Q5_1, {32}, at::kFloat);
+  for (int v = 0; v < 32; ++v) {
+    CHECK(q5_0[0][v].item<float>() == 0.5F * static_cast<float>(q[v] - 16));   // dequantize_row_q5_0
+    CHECK(q5_0[1][v].item<float>() == -2.0F * static_cast<float>(q[v] - 16));
+    CHECK(q5_1[v].item<float>() == 0.25F * static_cast<float>(q[v]) - 3.0F);  // dequantize_row_q5_1
+  }
+}
 
 TEST_CASE("ggml: Q4_K's 6-bit scales and mins, and its nibbles, give d sc q - dmin m", "[storage][gguf]") {
   const float d = 0.5F, dmin = 0.25F;

@@ -124,7 +124,7 @@ TEST_CASE("GGUF: a broken file is an error naming the file and the value", "[wei
   g = test::sample_gguf();
   g.tensor("k_quant", {1, 256}, Type::Q5_K, std::string(176, '\0'));
   CHECK_THAT(message(g.bytes()), Contains("bad.gguf: tensor 'k_quant': storage::ggml::dequantize: type Q5_K is not one "
-                                          "ftopt reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"));
+                                          "ftopt reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K)"));
   g = test::sample_gguf();
   g.tensor("odd", {4}, 99U, std::string(16, '\0'));
   CHECK_THAT(message(g.bytes()), Contains("tensor 'odd' has ggml type 99, not one ggml defines"));

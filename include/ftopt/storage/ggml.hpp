@@ -6,12 +6,17 @@
 ///   Q8_0  32 values in 34 bytes: fp16 d, 32 int8 q;            w = d q
 ///   Q4_0  32 values in 18 bytes: fp16 d, 16 bytes of nibbles;  w = d (q - 8)
 ///   Q4_1  32 values in 20 bytes: fp16 d, fp16 m, 16 bytes;     w = d q + m
+///   Q5_0  32 values in 22 bytes: fp16 d, 4 bytes of fifth bits, 16 bytes of nibbles;
+///                                                               w = d (q - 16)
+///   Q5_1  32 values in 24 bytes: fp16 d, fp16 m, 4 bytes of fifth bits, 16 bytes of nibbles;
+///                                                               w = d q + m
 ///   Q4_K  256 values in 144 bytes: fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins for 8
 ///         sub-blocks of 32, 128 bytes of nibbles;               w = d sc q - dmin m
 ///   Q6_K  256 values in 210 bytes: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8
 ///         scales for sub-blocks of 16, fp16 d;                  w = d sc (q - 32)
 /// In a 4-bit block, byte j holds value j in its low nibble and value j + 16 in its high one (the
-/// K-quants as ggml-quants.c's dequantize_row_q4_K and _q6_K lay theirs out).
+/// K-quants as ggml-quants.c's dequantize_row_q4_K and _q6_K lay theirs out). In a 5-bit block,
+/// bit j of the little-endian 32-bit word of fifth bits is value j's, over its nibble.
 ///
 ///   auto w = storage::ggml::dequantize(bytes, storage::ggml::Type::Q4_1, {576, 576}, at::kFloat);
 
@@ -53,8 +58,8 @@ inline std::optional<Layout> layout(std::uint32_t code) {
   case Type::Q8_0: return Layout{"Q8_0", 32, 34, true};
   case Type::Q4_0: return Layout{"Q4_0", 32, 18, true};
   case Type::Q4_1: return Layout{"Q4_1", 32, 20, true};
-  case Type::Q5_0: return Layout{"Q5_0", 32, 22, false};
-  case Type::Q5_1: return Layout{"Q5_1", 32, 24, false};
+  case Type::Q5_0: return Layout{"Q5_0", 32, 22, true};
+  case Type::Q5_1: return Layout{"Q5_1", 32, 24, true};
   case Type::Q8_1: return Layout{"Q8_1", 32, 36, false};
   case Type::Q2_K: return Layout{"Q2_K", 256, 84, false};
   case Type::Q3_K: return Layout{"Q3_K", 256, 110, false};
@@ -72,7 +77,7 @@ inline std::optional<Layout> layout(std::uint32_t code) {
 }
 
 /// The types dequantize() reads, for error messages.
-inline constexpr const char* readable_types = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K";
+inline constexpr const char* readable_types = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K";
 
 namespace detail {
 inline float half_at(const std::uint8_t* p) {
@@ -88,6 +93,20 @@ void for_blocks(const std::uint8_t* in, float* out, std::int64_t blocks, std::in
   at::parallel_for(0, blocks, 1024, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t b = begin; b < end; ++b) block(in + b * block_bytes, out + b * block_values);
   });
+}
+
+/// A 5-bit block's 32 values q (0..31) from its 4 bytes of fifth bits `high` and 16 of nibbles
+/// `low`, as w = d (q - offset) + m: Q5_0 with offset 16 and m 0, Q5_1 with offset 0
+/// (dequantize_row_q5_0 and _q5_1).
+inline void q5_values(const std::uint8_t* high, const std::uint8_t* low, float d, int offset, float m, float* w) {
+  std::uint32_t fifth;
+  std::memcpy(&fifth, high, 4);
+  for (int j = 0; j < 16; ++j) {
+    const int q0 = (low[j] & 0x0F) | static_cast<int>(((fifth >> j) & 1u) << 4);
+    const int q1 = (low[j] >> 4) | static_cast<int>(((fifth >> (j + 16)) & 1u) << 4);
+    w[j] = d * static_cast<float>(q0 - offset) + m;
+    w[j + 16] = d * static_cast<float>(q1 - offset) + m;
+  }
 }
 
 /// Q4_K's 6-bit scale and min of sub-block j (0..7) from its 12 packed bytes (get_scale_min_k4).
@@ -146,6 +165,14 @@ inline at::Tensor dequantize(const at::Tensor& bytes, Type type, at::IntArrayRef
         w[j] = d * static_cast<float>(b[4 + j] & 0x0F) + m;
         w[j + 16] = d * static_cast<float>(b[4 + j] >> 4) + m;
       }
+    });
+  } else if (type == Type::Q5_0) {
+    detail::for_blocks(p, o, blocks, 22, 32, [](const std::uint8_t* b, float* w) {
+      detail::q5_values(b + 2, b + 6, detail::half_at(b), 16, 0.0f, w);
+    });
+  } else if (type == Type::Q5_1) {
+    detail::for_blocks(p, o, blocks, 24, 32, [](const std::uint8_t* b, float* w) {
+      detail::q5_values(b + 4, b + 8, detail::half_at(b), 0, detail::half_at(b + 2), w);
     });
   } else if (type == Type::Q4_K) {
     // Four groups of 64 values: 32 bytes of nibbles each, low nibbles for sub-block 2g, high for 2g + 1.
