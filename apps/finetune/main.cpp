@@ -62,6 +62,7 @@ int run(const Options& args, M (*make_model)(const Options&, std::int64_t), ftop
   auto train_all = ftopt::data::load_fashion_mnist(ftopt::data::Split::Train, args.data);
   auto test_all = ftopt::data::load_fashion_mnist(ftopt::data::Split::Test, args.data);
   train_all = ftopt::data::first(train_all, args.train_limit);
+  test_all = ftopt::data::first(test_all, args.test_limit);
   auto pixels = train_all.images.to(torch::kFloat).div_(255.0);
   const double mean = pixels.mean().item<double>(), std = pixels.std().item<double>();
   ftopt::TrainerOptions options{.epochs = args.epochs, .clip_grad_norm = 1.0,

@@ -34,6 +34,7 @@ struct Options {
   std::int64_t epochs = 1;
   std::int64_t pretrain_epochs = 2;
   std::int64_t train_limit = 0;
+  std::int64_t test_limit = 0;  ///< the image tasks: evaluate on the first N test images; 0: all
   double lr = 0;  ///< 0: 2e-3 for the ResNet, 1e-3 for the ViT
   bool all_classes = false;
   bool augment = false;
@@ -188,6 +189,9 @@ inline Options parse(int argc, char** argv) {
       ->check(detail::non_negative())
       ->capture_default_str();
   app.add_option("--train-limit", o.train_limit, "use N training images (the first) or articles (spread over the classes); 0: all")
+      ->check(detail::at_least(0))
+      ->capture_default_str();
+  app.add_option("--test-limit", o.test_limit, "image tasks: evaluate on the first N test images; 0: all")
       ->check(detail::at_least(0))
       ->capture_default_str();
   app.add_flag("--all-classes", o.all_classes, "train on all ten classes instead and report the test accuracy");
