@@ -75,24 +75,14 @@ TEST_CASE("ggml: a type ftopt does not read, or bytes that do not fit the shape,
 
 
 TEST_CASE("ggml: Q5_0 and Q5_1 take each value's fifth bit from the block's 32-bit word", "[storage][gguf]") {
-  // quantize_row_q5_0_ref's packing: value j < 16 in byte j's low nibble, value j + 16 in its high
-  // one; value v's fifth bit is bit v of the little-endian word before the nibbles.
-  std::array<int, 32> q{};
-  std::array<std::uint8_t, 16> qs{};
-  std::uint32_t fifth = 0;
-  for (int v = 0; v < 32; ++v) {
-    q[v] = (11 * v + 5) % 32;  // both halves of the range, so every fifth bit is set somewhere
-    qs[v % 16] |= static_cast<std::uint8_t>(v < 16 ? (q[v] & 0xF) : (q[v] & 0xF) << 4);
-    fifth |= static_cast<std::uint32_t>(q[v] >> 4) << v;
-  }
-  const std::string high{static_cast<char>(fifth & 0xFF), static_cast<char>((fifth >> 8) & 0xFF),
-                         static_cast<char>((fifth >> 16) & 0xFF), static_cast<char>(fifth >> 24)};
-  const std::string nibbles(qs.begin(), qs.end());
-  const at::Tensor q5_0 = storage::ggml::dequantize(bytes_of(half_bytes(0.5F) + high + nibbles + half_bytes(-2.0F) +
-                                                             high + nibbles),
+  // quantize_row_q5_0_ref's packing (test::q5_bits): value j < 16 in byte j's low nibble, value
+  // j + 16 in its high one; value v's fifth bit is bit v of the little-endian word before them.
+  std::vector<int> q(32);
+  for (int v = 0; v < 32; ++v) q[v] = (11 * v + 5) % 32;  // both halves of the range: every fifth bit set somewhere
+  const at::Tensor q5_0 = storage::ggml::dequantize(bytes_of(test::q5_0_block(0.5F, q) + test::q5_0_block(-2.0F, q)),
                                                     Type::Q5_0, {2, 32}, at::kFloat);
-  const at::Tensor q5_1 = storage::ggml::dequantize(bytes_of(half_bytes(0.25F) + half_bytes(-3.0F) + high + nibbles),
-                                                    Type::Q5_1, {32}, at::kFloat);
+  const at::Tensor q5_1 = storage::ggml::dequantize(bytes_of(test::q5_1_block(0.25F, -3.0F, q)), Type::Q5_1, {32},
+                                                    at::kFloat);
   for (int v = 0; v < 32; ++v) {
     CHECK(q5_0[0][v].item<float>() == 0.5F * static_cast<float>(q[v] - 16));   // dequantize_row_q5_0
     CHECK(q5_0[1][v].item<float>() == -2.0F * static_cast<float>(q[v] - 16));

@@ -151,6 +151,23 @@ inline std::string q4_0_block(float d, const std::vector<int>& codes) {
   for (int j = 0; j < 16; ++j) b += static_cast<char>(codes[j] | (codes[j + 16] << 4));
   return b;
 }
+/// The 20 bytes a 5-bit block holds after its scales, for 32 codes (0..31): a little-endian
+/// word whose bit j is code j's fifth bit, then the low nibbles laid out as Q4_1's
+/// (ggml-common.h, block_q5_0 and block_q5_1).
+inline std::string q5_bits(const std::vector<int>& codes) {
+  std::uint32_t fifth = 0;
+  for (int j = 0; j < 32; ++j) fifth |= static_cast<std::uint32_t>(codes[j] >> 4) << j;
+  std::string b;
+  for (int i = 0; i < 4; ++i) b += static_cast<char>((fifth >> (8 * i)) & 0xFF);
+  for (int j = 0; j < 16; ++j) b += static_cast<char>((codes[j] & 0xF) | ((codes[j + 16] & 0xF) << 4));
+  return b;
+}
+/// One Q5_0 block: d and 32 codes (0..31).
+inline std::string q5_0_block(float d, const std::vector<int>& codes) { return half_bytes(d) + q5_bits(codes); }
+/// One Q5_1 block: d, m and 32 codes (0..31).
+inline std::string q5_1_block(float d, float m, const std::vector<int>& codes) {
+  return half_bytes(d) + half_bytes(m) + q5_bits(codes);
+}
 /// One Q8_0 block: d and 32 int8 values.
 inline std::string q8_0_block(float d, const std::vector<int>& q) {
   std::string b = half_bytes(d);
