@@ -286,7 +286,12 @@ TEST_CASE("decode_jpeg_bytes: fuzz: mutated JPEGs decode or are an ftopt::Error"
   const auto outcome = test::fuzz::run(good, read, {.header = scan});
   CHECK(outcome.refused > 0);
   // Nothing mutated need decode: with TJFLAG_STOPONWARNING, TurboJPEG refuses nearly every edit of
-  // the tables or the scan; what is asserted is that none escapes as anything but ftopt::Error.
+  // the tables or the scan; what is asserted is that none escapes as anything but ftopt::Error,
+  // and that the thread decodes a good file after them all (a bad stream once left TurboJPEG's
+  // handle failing every later decode).
+  CHECK_NOTHROW(read(good));
+  const auto again = pipeline::decode_jpeg_bytes({encoded.begin(), encoded.end()}, "good.jpg");
+  CHECK(again.sizes() == image.sizes());
 }
 
 TEST_CASE("BertTokenizer: fuzz: random bytes and mutated tokenizer.json give ids or an ftopt::Error", "[fuzz][text]") {

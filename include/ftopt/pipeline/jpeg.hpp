@@ -44,7 +44,7 @@ namespace detail {
 /// One TurboJPEG handle per thread and direction (handles are not thread-safe).
 class TurboHandle {
 public:
-  explicit TurboHandle(bool compress) : handle_(compress ? tjInitCompress() : tjInitDecompress()) {
+  explicit TurboHandle(bool compress) : compress_(compress), handle_(compress ? tjInitCompress() : tjInitDecompress()) {
     ftopt::detail::check(handle_ != nullptr, "pipeline: TurboJPEG could not start: ", tjGetErrorStr2(nullptr));
   }
   ~TurboHandle() { tjDestroy(handle_); }
@@ -52,8 +52,19 @@ public:
   TurboHandle& operator=(const TurboHandle&) = delete;
   tjhandle get() const { return handle_; }
   std::string error() const { return tjGetErrorStr2(handle_); }
+  /// The handle's error, then the handle made anew: after some bad streams (a bogus quantization
+  /// table) TurboJPEG's handle keeps state that fails every later decode on it.
+  std::string error_and_reset() {
+    std::string message = error();
+    const bool compress = compress_;
+    tjDestroy(handle_);
+    handle_ = compress ? tjInitCompress() : tjInitDecompress();
+    ftopt::detail::check(handle_ != nullptr, "pipeline: TurboJPEG could not start again: ", tjGetErrorStr2(nullptr));
+    return message;
+  }
 
 private:
+  bool compress_;
   tjhandle handle_;
 };
 
@@ -84,7 +95,7 @@ inline at::Tensor decode_jpeg_bytes(const std::vector<unsigned char>& bytes, con
   if (bytes.empty() || tjDecompressHeader3(handle.get(), bytes.data(), static_cast<unsigned long>(bytes.size()),
                                            &width, &height, &subsampling, &colorspace) != 0)
     ftopt::detail::fail("pipeline::decode_jpeg: ", source, " is not a readable JPEG (",
-                        bytes.empty() ? std::string("empty file") : handle.error(), ")");
+                        bytes.empty() ? std::string("empty file") : handle.error_and_reset(), ")");
   // A header's sizes are not to be trusted before the data is decoded: a 16-bit width and height
   // could ask for gigabytes. Beyond 2^28 pixels (16384 x 16384) is refused.
   ftopt::detail::check(width > 0 && height > 0 && static_cast<std::int64_t>(width) * height <= (std::int64_t{1} << 28),
@@ -107,7 +118,7 @@ inline at::Tensor decode_jpeg_bytes(const std::vector<unsigned char>& bytes, con
   // TJFLAG_STOPONWARNING: a truncated file is an error, not a gray-padded image.
   if (tjDecompress2(handle.get(), bytes.data(), static_cast<unsigned long>(bytes.size()), out.data_ptr<std::uint8_t>(),
                     w, 0, h, channels == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_STOPONWARNING) != 0)
-    ftopt::detail::fail("pipeline::decode_jpeg: ", source, " is corrupt or cut short (", handle.error(), ")");
+    ftopt::detail::fail("pipeline::decode_jpeg: ", source, " is corrupt or cut short (", handle.error_and_reset(), ")");
   return out.permute({2, 0, 1}).contiguous();
 }
 
@@ -136,7 +147,7 @@ inline std::vector<unsigned char> encode_jpeg(const at::Tensor& image, int quali
   const int rc = tjCompress2(handle.get(), hwc.data_ptr<std::uint8_t>(), w, 0, h, channels == 1 ? TJPF_GRAY : TJPF_RGB,
                              &buffer, &size, channels == 1 ? TJSAMP_GRAY : TJSAMP_420, quality, 0);
   std::unique_ptr<unsigned char, void (*)(unsigned char*)> owned(buffer, [](unsigned char* p) { tjFree(p); });
-  ftopt::detail::check(rc == 0, "pipeline::encode_jpeg: ", handle.error());
+  if (rc != 0) ftopt::detail::fail("pipeline::encode_jpeg: ", handle.error_and_reset());
   return {buffer, buffer + size};
 }
 
