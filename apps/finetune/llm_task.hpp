@@ -87,13 +87,19 @@ inline LlmTask load_llm_task(const Options& args) {
                " or the text folder ", corpus.string(), " does not exist: run scripts/run.sh (it installs both), or "
                "pass --llm-model and --text-data");
   const auto [all, train_at, test_at] = load_split_texts(corpus);
-  LlmTask task{gguf, ftopt::text::bpe_from_gguf(ftopt::weights::Gguf(gguf)), all.classes, {}, {}, {}, {},
+  const ftopt::weights::Gguf file(gguf);
+  ftopt::check(file.has("tokenizer.chat_template"), "finetune: ", gguf.string(),
+               " has no tokenizer.chat_template: the LLM task asks its questions in the model's chat template");
+  LlmTask task{gguf, ftopt::text::bpe_from_gguf(file), all.classes, {}, {}, {}, {},
                args.llm_batch, args.llm_steps, args.llm_text_share};
+  const auto system = ftopt::text::chatml_default_system(file.string("tokenizer.chat_template"),
+                                                         gguf.string() + "'s tokenizer.chat_template");
   const auto end = task.tokenizer.id_of("<|im_end|>");
   ftopt::check(end >= 0, "finetune: ", gguf.string(), "'s vocabulary has no <|im_end|>: not a ChatML model");
   auto prompt_of = [&](std::size_t i) {
-    return task.tokenizer.encode(ftopt::text::chatml({{"user", llm_question(all.texts[i], all.classes, args.llm_chars)}}),
-                                 "the prompt");
+    return task.tokenizer.encode(
+        ftopt::text::chatml({{"user", llm_question(all.texts[i], all.classes, args.llm_chars)}}, true, system),
+        "the prompt");
   };
   // Training examples spread over the classes (--train-limit), then shuffled by llm_batches.
   for (const auto position : spread(train_at, args.train_limit)) {

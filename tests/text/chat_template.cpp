@@ -16,3 +16,28 @@ TEST_CASE("chatml: SmolLM2's template, with its default system prompt and the ge
         "<|im_start|>assistant\nHello<|im_end|>\n");
   CHECK(text::chatml({{"user", "Hi"}}, true, "") == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
+
+TEST_CASE("chatml_default_system: the system prompt a ChatML template writes when there is none", "[text]") {
+  // SmolLM2-Instruct's template as its GGUF holds it (a written-out newline after "system").
+  const std::string smollm2 =
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+      "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+      "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+  CHECK(text::chatml_default_system(smollm2) == text::smollm2_system);
+  // Qwen2.5's (the branches without tools, Jinja's \n escapes as the file has them): the first two
+  // "<|im_start|>system" literals are followed by an expression, the third by the prompt.
+  const std::string qwen =
+      "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == 'system' %}\n"
+      "        {{- messages[0]['content'] }}\n{%- else %}\n    {%- if messages[0]['role'] == 'system' %}\n"
+      "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n"
+      "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+      "assistant.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}\n";
+  CHECK(text::chatml_default_system(qwen) == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  CHECK(text::chatml_default_system(R"({{ '<|im_start|>system\nLine one\nsaid \"hi\"\tok<|im_end|>' }})") ==
+        "Line one\nsaid \"hi\"\tok");
+  // ChatML that writes no system prompt of its own
+  CHECK(text::chatml_default_system("{{ '<|im_start|>' + message['role'] + '\\n' }}").empty());
+  CHECK_THROWS_WITH(text::chatml_default_system("{{ bos_token }}<start_of_turn>user\n", "gemma.gguf's chat template"),
+                    Catch::Contains("gemma.gguf's chat template is not a ChatML template"));
+}
