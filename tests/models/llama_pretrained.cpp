@@ -40,9 +40,9 @@ at::Tensor converter_permute(const at::Tensor& w, std::int64_t n_head) {
 }
 
 /// The model as llama.cpp's converter writes it (float32 tensors, GGUF names).
-/// `q4_1`: the modules ("self_attn.q_proj", ...) whose weights it writes in Q4_1 blocks.
+/// `blocks`: the modules ("self_attn.q_proj", ...) whose weights it writes in ggml blocks, and the type.
 test::GgufBuilder gguf_of(models::Llama& model, const std::string& arch, const std::string& leave_out = "",
-                          const std::set<std::string>& q4_1 = {}) {
+                          const std::map<std::string, storage::ggml::Type>& blocks = {}) {
   const auto& o = model->options();
   test::GgufBuilder g;
   g.string("general.architecture", arch)
@@ -76,11 +76,10 @@ test::GgufBuilder gguf_of(models::Llama& model, const std::string& arch, const s
     if (!leave_out.empty() && out.starts_with(leave_out)) continue;
     const auto dot = name.rfind('.');
     const auto module = name.substr(0, dot);
-    if (name.substr(dot) == ".weight" &&
-        std::ranges::any_of(q4_1, [&](const std::string& m) { return module.ends_with("." + m); })) {
-      const auto blocks = storage::Q4_1().quantize(w).data;
-      g.tensor(out, w.sizes().vec(), storage::ggml::Type::Q4_1,
-               std::string(static_cast<const char*>(blocks.data_ptr()), blocks.nbytes()));
+    const auto typed = std::ranges::find_if(blocks, [&](const auto& m) { return module.ends_with("." + m.first); });
+    if (name.substr(dot) == ".weight" && typed != blocks.end()) {
+      const auto bytes = storage::ggml::quantize(w, typed->second);
+      g.tensor(out, w.sizes().vec(), typed->second, std::string(static_cast<const char*>(bytes.data_ptr()), bytes.nbytes()));
     } else {
       g.f32_tensor(out, w);
     }
@@ -121,11 +120,13 @@ TEST_CASE("Llama from GGUF for QLoRA: the file's Q4_1 blocks become the bases as
   models::Llama original({.vocab_size = 48, .hidden = 64, .intermediate = 96, .layers = 2, .heads = 4, .kv_heads = 2,
                           .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 50000.0});
   randomize(original);
-  gguf_of(original, "llama", "", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.down_proj"})
+  using storage::ggml::Type;
+  gguf_of(original, "llama", "", {{"self_attn.q_proj", Type::Q4_1}, {"self_attn.k_proj", Type::Q4_1},
+                                  {"self_attn.v_proj", Type::Q4_1}, {"mlp.down_proj", Type::Q4_1}})
       .write(path);
   const nn::NamePatterns targets = {"q_proj", "k_proj", "down_proj"};
   auto [full, full_report] = models::load_llama_gguf(path);
-  auto [model, report, packed] = models::load_llama_gguf_packed(path, targets);
+  auto [model, report, packed] = models::load_llama_gguf_packed<storage::Q4_1>(path, targets);
   // The targets' Q4_1 weights, and no others (v_proj is Q4_1 but not a target): their values are
   // the dequantized load's, q's and k's rows back in Hugging Face's order, and their float
   // weights are empty.
@@ -166,7 +167,51 @@ TEST_CASE("Llama from GGUF for QLoRA: the file's Q4_1 blocks become the bases as
   CHECK_THAT(test::message_of([&] { QLora({.r = 4, .targets = targets}).attach(*bare.model); }),
              Contains("'model.layers.0.self_attn.q_proj' has an empty weight and no packed base was given for it"));
   CHECK_THAT(test::message_of([&] { models::load_llama_gguf_packed(path, {"o_proj"}); }),
-             Contains("no Q4_1 weight of a layer the targets match"));
+             Contains("no weight of a layer the targets match is in blocks lora-ggml keeps"));
+}
+
+TEST_CASE("Llama from GGUF for QLoRA: weights in several block types become storage::Ggml bases as they are",
+          "[models][llama][gguf]") {
+  const test::ScratchDir scratch("llama-gguf-mixed");
+  const auto path = scratch.path / "mixed.gguf";
+  models::Llama original({.vocab_size = 48, .hidden = 64, .intermediate = 96, .layers = 2, .heads = 4, .kv_heads = 2,
+                          .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 50000.0});
+  randomize(original);
+  using storage::ggml::Type;
+  const std::map<std::string, Type> types = {{"self_attn.q_proj", Type::Q5_0}, {"self_attn.k_proj", Type::Q8_0},
+                                             {"self_attn.v_proj", Type::Q5_1}, {"mlp.down_proj", Type::Q4_0},
+                                             {"mlp.up_proj", Type::Q4_1}};
+  gguf_of(original, "llama", "", types).write(path);
+  const nn::NamePatterns targets = {"q_proj", "k_proj", "v_proj", "down_proj", "up_proj"};
+  auto [full, full_report] = models::load_llama_gguf(path);
+  auto [model, report, packed] = models::load_llama_gguf_packed(path, targets);
+  // Each in its own type, q's and k's rows of blocks back in Hugging Face's order, the bytes the
+  // file's own (a view of it where no rows move).
+  REQUIRE(packed.size() == 10);
+  const weights::Gguf file(path);
+  const auto dequantized = full->named_parameters();
+  for (const auto& [name, weight] : packed) {
+    INFO(name);
+    const auto module = name.substr(name.find('.', 13) + 1, name.size() - 7 - name.find('.', 13) - 1);
+    CHECK(static_cast<Type>(weight.block_type) == types.at(module));
+    CHECK(torch::equal(storage::Ggml::dequantize(weight, at::kFloat), dequantized[name]));
+    CHECK(model->named_parameters()[name].numel() == 0);
+  }
+  for (const auto& t : file.tensors())
+    if (t.name == "blk.0.attn_v.weight")
+      CHECK(packed.at("model.layers.0.self_attn.v_proj.weight").bytes() == static_cast<std::int64_t>(t.bytes));
+  peft::QLora<storage::Ggml> qlora({.r = 4, .targets = targets});
+  qlora.use_packed(packed);
+  qlora.attach(*model);
+  std::int64_t kept = 0;
+  for (const auto& [name, weight] : packed) kept += weight.bytes();
+  CHECK(qlora.base_bytes() == kept);
+  torch::NoGradGuard no_grad;
+  const auto ids = torch::randint(0, 48, {2, 7}, torch::kLong);
+  CHECK(torch::allclose(model(ids), full(ids), 1e-5, 1e-5));
+  // QLoRA over Q4_1 keeps none of these but the Q4_1 ones
+  auto q4 = models::load_llama_gguf_packed<storage::Q4_1>(path, targets);
+  CHECK(q4.packed.size() == 2);
 }
 
 TEST_CASE("Llama from GGUF: rope_freqs.weight (Llama 3.1's factors) loads as Llama 3's rope scaling",

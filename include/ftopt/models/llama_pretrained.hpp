@@ -33,6 +33,7 @@
 #include <ftopt/models/llama.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/storage/ggml.hpp>
+#include <ftopt/storage/ggml_blocks.hpp>
 #include <ftopt/storage/q4_1.hpp>
 #include <ftopt/weights/files.hpp>
 #include <ftopt/weights/gguf.hpp>
@@ -47,8 +48,8 @@ struct LoadedLlama {
 };
 
 /// load_llama_gguf_packed's result: the model, with the kept layers' float weights empty, what
-/// loading found, and the weights kept in the file's Q4_1 blocks by Hugging Face name, for
-/// peft::QLora<storage::Q4_1>::use_packed.
+/// loading found, and the weights kept in the file's blocks by Hugging Face name, for
+/// peft::QLora<storage::Ggml>::use_packed (or QLora<storage::Q4_1>'s, over Q4_1 blocks).
 struct PackedLlama {
   Llama model;
   weights::LoadReport report;
@@ -264,28 +265,31 @@ inline at::Tensor unpermute_rotary_rows(const at::Tensor& rows, std::int64_t hea
 }
 
 namespace detail {
-/// The Hugging Face name of GGUF tensor t where it stays in the file's blocks: a Q4_1 weight of a
-/// layer `packed_targets` matches; else "".
-inline std::string kept_packed(const weights::GgufTensor& t, const nn::NamePatterns& packed_targets) {
+/// The Hugging Face name of GGUF tensor t where it stays in the file's blocks: a weight in blocks
+/// `Format` keeps (storage::Q4_1: Q4_1's; storage::Ggml: any block type ftopt reads) of a layer
+/// `packed_targets` matches; else "".
+template <storage::BlockFormat Format>
+std::string kept_packed(const weights::GgufTensor& t, const nn::NamePatterns& packed_targets) {
   const std::string name = llama_name_of_gguf(t.name);
-  if (t.type != storage::ggml::Type::Q4_1 || !name.ends_with(".weight")) return "";
+  if (!Format::keeps(t.type) || !name.ends_with(".weight")) return "";
   const std::string module = name.substr(0, name.size() - 7);
   return std::ranges::any_of(packed_targets, [&](const auto& p) { return p.matches(module); }) ? name : "";
 }
 } // namespace detail
 
-/// A GGUF file's tensors under Hugging Face's names: dequantized, or kept in the file's Q4_1 blocks.
+/// A GGUF file's tensors under Hugging Face's names: dequantized, or kept in the file's blocks.
 struct LlamaGgufState {
   weights::StateDict state;
   std::map<std::string, storage::PackedWeight> packed;
 };
 
 /// The tensors of a llama/qwen2 GGUF file under Hugging Face's names, dequantized to `dtype`,
-/// except the Q4_1 weights of the layers `packed_targets` matches (as a PEFT policy's targets
-/// match), which stay the file's blocks: views of the mapped file, or for q and k (whose rows
-/// llama.cpp reorders) a copy of the blocks in Hugging Face's row order.
-inline LlamaGgufState llama_gguf_state(const weights::Gguf& file, const LlamaOptions& options, at::ScalarType dtype,
-                                       const nn::NamePatterns& packed_targets) {
+/// except the weights in blocks `Format` keeps of the layers `packed_targets` matches (as a PEFT
+/// policy's targets match), which stay the file's blocks: views of the mapped file, or for q and
+/// k (whose rows llama.cpp reorders; a row is whole blocks) a copy in Hugging Face's row order.
+template <storage::BlockFormat Format = storage::Ggml>
+LlamaGgufState llama_gguf_state(const weights::Gguf& file, const LlamaOptions& options, at::ScalarType dtype,
+                                const nn::NamePatterns& packed_targets) {
   const std::string where = "models::Llama: " + file.path().string();
   const bool permuted = file.string("general.architecture") == "llama";
   LlamaGgufState out;
@@ -303,9 +307,9 @@ inline LlamaGgufState llama_gguf_state(const weights::Gguf& file, const LlamaOpt
         rows = unpermute_rotary_rows(rows, options.kv_heads);
       return rows.contiguous();
     };
-    if (!detail::kept_packed(t, packed_targets).empty()) {
-      const auto blocks = storage::Q4_1::from_blocks(file.bytes(t), t.shape);
-      out.packed.emplace(name, storage::Q4_1::from_blocks(unpermuted(blocks.data).flatten(), t.shape));
+    if (!detail::kept_packed<Format>(t, packed_targets).empty()) {
+      const auto blocks = Format::from_blocks(file.bytes(t), t.type, t.shape);
+      out.packed.emplace(name, Format::from_blocks(unpermuted(blocks.data).flatten(), t.type, t.shape));
     } else {
       out.state.insert(name, unpermuted(file.dequantize(t.name, dtype)));
     }
@@ -332,15 +336,18 @@ inline LoadedLlama load_llama_gguf(const std::filesystem::path& path) {
                                   "models::load_llama_gguf: " + path.string());
 }
 
-/// models::Llama from a GGUF file for QLoRA over the file's own blocks: the Q4_1 weights of the
-/// layers `targets` matches (as a PEFT policy's targets do: pass the LoraOptions' `targets`) stay
-/// as the file holds them, in PackedLlama::packed, and those layers' float weights are left empty,
-/// so the base is never dequantized to float32 and packed again; everything else is dequantized.
+/// models::Llama from a GGUF file for QLoRA over the file's own blocks: the weights of the layers
+/// `targets` matches (as a PEFT policy's targets do: pass the LoraOptions' `targets`) that are in
+/// blocks `Format` keeps (storage::Ggml, the default: every block type ftopt reads, each weight in
+/// its own; storage::Q4_1: Q4_1 blocks only) stay as the file holds them, in PackedLlama::packed,
+/// and those layers' float weights are left empty, so the base is never dequantized to float32
+/// and packed again; everything else is dequantized.
 ///
 ///   auto [model, report, packed] = ftopt::models::load_llama_gguf_packed(path, lora_options.targets);
-///   ftopt::peft::QLora<ftopt::storage::Q4_1> qlora(lora_options);
+///   ftopt::peft::QLora<ftopt::storage::Ggml> qlora(lora_options);
 ///   qlora.use_packed(std::move(packed));   // before the Trainer's prepare(model)
-inline PackedLlama load_llama_gguf_packed(const std::filesystem::path& path, const nn::NamePatterns& targets) {
+template <storage::BlockFormat Format = storage::Ggml>
+PackedLlama load_llama_gguf_packed(const std::filesystem::path& path, const nn::NamePatterns& targets) {
   const weights::Gguf file(path);
   const LlamaOptions options = llama_options_from_gguf(file);
   const std::string where = "models::load_llama_gguf_packed: " + path.string();
@@ -348,7 +355,7 @@ inline PackedLlama load_llama_gguf_packed(const std::filesystem::path& path, con
   Llama model(options);
   auto modules = model->named_modules("", /*include_self=*/false);
   for (const auto& t : file.tensors()) {
-    const std::string name = detail::kept_packed(t, targets);
+    const std::string name = detail::kept_packed<Format>(t, targets);
     if (name.empty()) continue;
     auto* found = modules.find(name.substr(0, name.size() - 7));
     auto* layer = found != nullptr ? (*found)->as<nn::LinearImpl>() : nullptr;
@@ -356,8 +363,9 @@ inline PackedLlama load_llama_gguf_packed(const std::filesystem::path& path, con
     torch::NoGradGuard no_grad;
     layer->weight.set_data(at::empty({0}, layer->weight.options()));
   }
-  LlamaGgufState state = llama_gguf_state(file, options, at::kFloat, targets);
-  check(!state.packed.empty(), where, ": no Q4_1 weight of a layer the targets match");
+  LlamaGgufState state = llama_gguf_state<Format>(file, options, at::kFloat, targets);
+  check(!state.packed.empty(), where, ": no weight of a layer the targets match is in blocks ", Format::lora_name,
+        " keeps");
   auto [loaded, report] = detail::load_llama_state(model, std::move(state.state), where, state.packed);
   return {std::move(loaded), std::move(report), std::move(state.packed)};
 }

@@ -2,8 +2,9 @@
 /// peft::QLora<Format>: LoRA over a frozen base held quantized (QLoRA, Dettmers et al. 2023).
 /// peft::Lora's adapters, settings and adapter files, with the weight of each adapted nn::Linear
 /// stored in `Format` instead of float: storage::Int8PerChannel (25% of float32), storage::Nf4
-/// (block 64, double-quantized scalers: 12.9%) or storage::Q4_1 (ggml's blocks, which a GGUF
-/// file's Q4_1 tensors give back byte for byte: 15.6%), all in storage/. The
+/// (block 64, double-quantized scalers: 12.9%), storage::Q4_1 (ggml's blocks, which a GGUF
+/// file's Q4_1 tensors give back byte for byte: 15.6%) or storage::Ggml (ggml's blocks of any type
+/// ftopt reads, each weight in its own: a GGUF file's mixed tensors as they are), all in storage/. The
 /// forward dequantizes the base for its GEMM and again for the input's gradient, in the compute
 /// dtype; the adapters train in float as under peft::Lora:
 ///     y = deq(Q(W)) x + b + scaling * B(A(dropout(x)))
@@ -57,6 +58,7 @@
 #include <ftopt/storage/int8_per_channel.hpp>
 #include <ftopt/storage/nf4.hpp>
 #include <ftopt/storage/packed.hpp>
+#include <ftopt/storage/ggml_blocks.hpp>
 #include <ftopt/storage/q4_1.hpp>
 
 namespace ftopt::peft {
@@ -132,9 +134,15 @@ private:
     torch::NoGradGuard no_grad;
     layer.weight.set_data(Format::dequantize(packed_, at::kFloat));
     change();
-    const storage::PackedWeight fresh = format_.quantize(layer.weight);
+    const storage::PackedWeight fresh = [&] {
+      if constexpr (requires { format_.quantize_like(layer.weight, packed_); })
+        return format_.quantize_like(layer.weight, packed_);  // storage::Ggml: each base in its own type
+      else
+        return format_.quantize(layer.weight);
+    }();
     packed_.data.set_data(fresh.data);
-    packed_.scales.set_data(fresh.scales.to(packed_.scales.scalar_type()));
+    packed_.block_type = fresh.block_type;
+    if (fresh.scales.defined()) packed_.scales.set_data(fresh.scales.to(packed_.scales.scalar_type()));
     if (fresh.factors.defined()) packed_.factors.set_data(fresh.factors.to(packed_.factors.scalar_type()));
     if (fresh.mean.defined()) packed_.mean.set_data(fresh.mean.to(packed_.mean.scalar_type()));
     empty(layer.weight);
@@ -162,13 +170,19 @@ public:
   }
   const Format& format() const { return format_; }
 
-  /// Q4_1 bases as a GGUF file holds them, by weight name ("model.layers.0.self_attn.q_proj.weight"),
+  /// Bases as a GGUF file holds them (blocks of a type the format keeps), by weight name ("model.layers.0.self_attn.q_proj.weight"),
   /// as models::load_llama_gguf's `packed` gives them: attach takes these
   /// layers' bases as they are, where it would quantize their float weights (which the loader left
   /// empty). Every one must name a layer the targets adapt; the init must not need the float base.
   void use_packed(std::map<std::string, storage::PackedWeight> bases)
-    requires std::same_as<Format, storage::Q4_1>
+    requires storage::BlockFormat<Format>
   {
+    for (const auto& [name, packed] : bases) {
+      const auto type = static_cast<storage::ggml::Type>(packed.block_type);
+      ftopt::detail::check(Format::keeps(type), "QLora: the packed base given for '", name, "' is ",
+                           storage::ggml::name_of(type), " blocks, which ", Format::lora_name, " does not hold; "
+                           "peft::QLora<storage::Ggml> takes every block type ftopt reads");
+    }
     given_ = std::move(bases);
   }
 

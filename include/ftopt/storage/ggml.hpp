@@ -18,10 +18,17 @@
 /// K-quants as ggml-quants.c's dequantize_row_q4_K and _q6_K lay theirs out). In a 5-bit block,
 /// bit j of the little-endian 32-bit word of fifth bits is value j's, over its nibble.
 ///
+/// quantize() writes the 32-value types as llama.cpp's quantize_row_*_ref (ggml-quants.c) does;
+/// the K-quants are read, not written.
+///
 ///   auto w = storage::ggml::dequantize(bytes, storage::ggml::Type::Q4_1, {576, 576}, at::kFloat);
+///   auto blocks = storage::ggml::quantize(w, storage::ggml::Type::Q5_0);   // uint8 [576, 18 * 22]
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -78,6 +85,23 @@ inline std::optional<Layout> layout(std::uint32_t code) {
 
 /// The types dequantize() reads, for error messages.
 inline constexpr const char* readable_types = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K";
+/// The types quantize() writes.
+inline constexpr const char* writable_types = "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1";
+
+/// The name of type `type` ("Q5_0"), or its number where ggml has no such type.
+inline std::string name_of(Type type) {
+  const auto kind = layout(static_cast<std::uint32_t>(type));
+  return kind ? kind->name : "type " + std::to_string(static_cast<std::uint32_t>(type));
+}
+/// Whether `type` is a block type ftopt reads (quantized: more than one value a block).
+inline bool is_readable_blocks(Type type) {
+  const auto kind = layout(static_cast<std::uint32_t>(type));
+  return kind && kind->readable && kind->block_values > 1;
+}
+/// Whether quantize() writes `type`.
+inline bool is_writable(Type type) {
+  return type == Type::Q8_0 || type == Type::Q4_0 || type == Type::Q4_1 || type == Type::Q5_0 || type == Type::Q5_1;
+}
 
 namespace detail {
 inline float half_at(const std::uint8_t* p) {
@@ -106,6 +130,59 @@ inline void q5_values(const std::uint8_t* high, const std::uint8_t* low, float d
     const int q1 = (low[j] >> 4) | static_cast<int>(((fifth >> (j + 16)) & 1u) << 4);
     w[j] = d * static_cast<float>(q0 - offset) + m;
     w[j + 16] = d * static_cast<float>(q1 - offset) + m;
+  }
+}
+
+inline void put_half(std::uint8_t* p, float v) {
+  const std::uint16_t bits = c10::Half(v).x;
+  std::memcpy(p, &bits, 2);
+}
+
+/// 32 codes q (0..15) as 16 bytes: value j in byte j's low nibble, value j + 16 in its high one.
+inline void put_nibbles(const int* q, std::uint8_t* out) {
+  for (int j = 0; j < 16; ++j) out[j] = static_cast<std::uint8_t>((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+}
+/// 32 codes q (0..31) as a 5-bit block's 4 bytes of fifth bits (bit j: value j's) and 16 of nibbles.
+inline void put_q5(const int* q, std::uint8_t* high, std::uint8_t* low) {
+  std::uint32_t fifth = 0;
+  for (int j = 0; j < 32; ++j) fifth |= static_cast<std::uint32_t>((q[j] >> 4) & 1) << j;
+  std::memcpy(high, &fifth, 4);
+  put_nibbles(q, low);
+}
+
+/// One block of 32 values x as quantize_row_{q8_0,q4_0,q4_1,q5_0,q5_1}_ref writes it.
+inline void quantize_block(Type type, const float* x, std::uint8_t* out) {
+  int q[32];
+  if (type == Type::Q8_0) {
+    float amax = 0.0F;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0F, id = d != 0.0F ? 1.0F / d : 0.0F;
+    put_half(out, d);
+    for (int j = 0; j < 32; ++j) out[2 + j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(std::roundf(x[j] * id)));
+  } else if (type == Type::Q4_0 || type == Type::Q5_0) {
+    // d from the value of largest magnitude, its sign kept: that value becomes code 0.
+    float amax = 0.0F, max = 0.0F;
+    for (int j = 0; j < 32; ++j)
+      if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
+    const bool five = type == Type::Q5_0;
+    const float d = max / (five ? -16.0F : -8.0F), id = d != 0.0F ? 1.0F / d : 0.0F;
+    for (int j = 0; j < 32; ++j)
+      q[j] = std::min(five ? 31 : 15, static_cast<int>(static_cast<std::int8_t>(x[j] * id + (five ? 16.5F : 8.5F))));
+    put_half(out, d);
+    if (five) put_q5(q, out + 2, out + 6);
+    else put_nibbles(q, out + 2);
+  } else {  // Q4_1, Q5_1: d and the minimum
+    float lo = std::numeric_limits<float>::max(), hi = -std::numeric_limits<float>::max();
+    for (int j = 0; j < 32; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+    const bool five = type == Type::Q5_1;
+    const float d = (hi - lo) / (five ? 31.0F : 15.0F), id = d != 0.0F ? 1.0F / d : 0.0F;
+    for (int j = 0; j < 32; ++j)  // Q4_1 clamps to 15 through int8; Q5_1 truncates to uint8
+      q[j] = five ? static_cast<int>(static_cast<std::uint8_t>((x[j] - lo) * id + 0.5F))
+                  : std::min(15, static_cast<int>(static_cast<std::int8_t>((x[j] - lo) * id + 0.5F)));
+    put_half(out, d);
+    put_half(out + 2, lo);
+    if (five) put_q5(q, out + 4, out + 8);
+    else put_nibbles(q, out + 4);
   }
 }
 
@@ -214,6 +291,27 @@ inline at::Tensor dequantize(const at::Tensor& bytes, Type type, at::IntArrayRef
     });
   }
   return dtype == at::kFloat ? out : out.to(dtype);
+}
+
+/// `weight` (any float dtype, [..., in] with in a multiple of 32) in ggml blocks of `type` (one
+/// of writable_types), as uint8 [rows, in / 32 * block bytes], rows being every dimension but the last.
+inline at::Tensor quantize(const at::Tensor& weight, Type type) {
+  ftopt::detail::check(is_writable(type), "storage::ggml::quantize: ftopt writes ", writable_types, ", not ",
+                       name_of(type));
+  const auto kind = *layout(static_cast<std::uint32_t>(type));
+  ftopt::detail::check(weight.dim() >= 1 && weight.size(-1) % kind.block_values == 0, "storage::ggml::quantize: a ",
+                       weight.sizes(), " tensor's rows are not whole ", kind.name, " blocks of ", kind.block_values,
+                       " values");
+  const at::Tensor w = weight.detach().to(at::kFloat).contiguous();
+  const std::int64_t rows = weight.numel() / std::max<std::int64_t>(weight.size(-1), 1);
+  const std::int64_t blocks = w.numel() / kind.block_values;
+  at::Tensor out = at::empty({rows, weight.size(-1) / kind.block_values * kind.block_bytes}, at::TensorOptions().dtype(at::kByte));
+  const float* x = w.data_ptr<float>();
+  std::uint8_t* o = out.data_ptr<std::uint8_t>();
+  at::parallel_for(0, blocks, 256, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t b = begin; b < end; ++b) detail::quantize_block(type, x + b * kind.block_values, o + b * kind.block_bytes);
+  });
+  return out;
 }
 
 } // namespace ftopt::storage::ggml

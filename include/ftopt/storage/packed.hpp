@@ -30,6 +30,7 @@ struct PackedWeight {
   at::Tensor mean;     ///< Nf4: float32 [], the scalers' mean
   std::vector<std::int64_t> shape;
   std::int64_t block_size = 0, scaler_block_size = 0;
+  std::uint32_t block_type = 0;  ///< Q4_1, Ggml: the ggml type code of `data`'s blocks (storage::ggml::Type)
 
   /// The bytes the quantized weight occupies.
   std::int64_t bytes() const {

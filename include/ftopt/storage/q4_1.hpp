@@ -11,15 +11,10 @@
 ///   storage::PackedWeight packed = q4.quantize(weight);            // [out, in], in % 32 == 0
 ///   at::Tensor w = storage::Q4_1::dequantize(packed, at::kBFloat16);
 
-#include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 #include <string>
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <c10/util/Half.h>
 
 #include <ftopt/error.hpp>
 #include <ftopt/storage/ggml.hpp>
@@ -40,19 +35,20 @@ struct Q4_1 {
 
   PackedWeight quantize(const at::Tensor& weight) const {
     check(weight, "weight");
-    const at::Tensor w = weight.detach().to(at::kFloat).contiguous();
-    const auto rows = w.size(0), blocks_per_row = w.size(1) / block_values;
-    at::Tensor data = at::empty({rows, blocks_per_row * block_bytes}, at::TensorOptions().dtype(at::kByte));
-    const float* x = w.data_ptr<float>();
-    std::uint8_t* out = data.data_ptr<std::uint8_t>();
-    at::parallel_for(0, rows * blocks_per_row, 256, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t b = begin; b < end; ++b) quantize_block(x + b * block_values, out + b * block_bytes);
-    });
-    return {.data = data, .shape = w.sizes().vec(), .block_size = block_values};
+    return {.data = ggml::quantize(weight, ggml::Type::Q4_1), .shape = weight.sizes().vec(), .block_size = block_values,
+            .block_type = static_cast<std::uint32_t>(ggml::Type::Q4_1)};
   }
 
   static at::Tensor dequantize(const PackedWeight& packed, at::ScalarType dtype) {
     return ggml::dequantize(packed.data, ggml::Type::Q4_1, packed.shape, dtype);
+  }
+
+  /// Whether blocks of `type` can be a base as they are: Q4_1's only (storage::Ggml keeps any).
+  static bool keeps(ggml::Type type) { return type == ggml::Type::Q4_1; }
+  static PackedWeight from_blocks(const at::Tensor& bytes, ggml::Type type, std::vector<std::int64_t> shape) {
+    ftopt::detail::check(keeps(type), "storage::Q4_1: ", ggml::name_of(type), " blocks are not Q4_1's; "
+                         "storage::Ggml holds every block type ftopt reads");
+    return from_blocks(bytes, std::move(shape));
   }
 
   /// A GGUF file's Q4_1 tensor ([out, in / 32 * 20] bytes, a view: not copied) as a PackedWeight.
@@ -62,23 +58,7 @@ struct Q4_1 {
                          "storage::Q4_1: ", bytes.nbytes(), " bytes are not the Q4_1 blocks of a [", shape.size() == 2
                              ? std::to_string(shape[0]) + ", " + std::to_string(shape[1]) : std::string("?"), "] weight");
     return {.data = bytes.view({shape[0], shape[1] / block_values * block_bytes}), .shape = std::move(shape),
-            .block_size = block_values};
-  }
-
-private:
-  static void quantize_block(const float* x, std::uint8_t* out) {
-    float lo = std::numeric_limits<float>::max(), hi = -std::numeric_limits<float>::max();
-    for (int j = 0; j < 32; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
-    const float d = (hi - lo) / 15.0F;
-    const float id = d != 0.0F ? 1.0F / d : 0.0F;
-    const std::uint16_t d16 = c10::Half(d).x, m16 = c10::Half(lo).x;
-    std::memcpy(out, &d16, 2);
-    std::memcpy(out + 2, &m16, 2);
-    for (int j = 0; j < 16; ++j) {
-      const int q0 = std::min(15, static_cast<int>(static_cast<std::int8_t>((x[j] - lo) * id + 0.5F)));
-      const int q1 = std::min(15, static_cast<int>(static_cast<std::int8_t>((x[j + 16] - lo) * id + 0.5F)));
-      out[4 + j] = static_cast<std::uint8_t>(q0 | (q1 << 4));
-    }
+            .block_size = block_values, .block_type = static_cast<std::uint32_t>(ggml::Type::Q4_1)};
   }
 };
 
