@@ -1,5 +1,6 @@
-// The C++ side of tests/peer/llama.py: weights::Gguf, text::ByteLevelBpe and models::Llama on
-// SmolLM2-135M-Instruct's real GGUF file and on folders transformers wrote.
+// The C++ side of tests/peer/llama.py and tests/peer/families.py: weights::Gguf, text::ByteLevelBpe
+// and models::Llama on real GGUF files (SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct) and on
+// folders transformers wrote.
 //   tokenize GGUF TOKENIZER_JSON TEXTS WORK  ids of every line of TEXTS (JSON strings), with the
 //                                     tokenizer of the GGUF's metadata and with TOKENIZER_JSON
 //                                     -> tokenize.ftopt.safetensors {gguf, json, lengths,
@@ -8,13 +9,16 @@
 //                                     float32 -> tensors.ftopt.safetensors
 //   q4_1 GGUF WORK                    storage::Q4_1's blocks of q4_1.input.safetensors' "w" and, for every
 //                                     Q4_1 tensor of GGUF, whether quantize(dequantize(blocks)) gives
-//                                     its bytes back -> q4_1.ftopt.safetensors {blocks, same, tensors}
+//                                     its bytes back -> q4_1.ftopt.safetensors {blocks, same, tensors},
+//                                     with "w" in storage::ggml::quantize's other types {q8_0, q4_0,
+//                                     q5_0, q5_1}
 //   blocks WORK                       storage::ggml::dequantize of blocks.input.safetensors (raw
 //                                     blocks named by their type: q4_k, q5_0, ...) ->
 //                                     blocks.ftopt.safetensors, the same names
 //   fused-loss WORK                   loss::linear_cross_entropy of fused.input.safetensors {h, w,
 //                                     labels} -> fused.ftopt.safetensors {loss, grad_h, grad_w}
-//   generate GGUF WORK                SmolLM2's chat prompt for the user message of generate.jsonl,
+//   generate GGUF WORK                the file's chat prompt (ChatML with its template's default system
+//                                     prompt) for the user message of generate.jsonl,
 //                                     then greedy decoding of exactly 32 tokens (no stop token)
 //                                     -> generate.ftopt.safetensors {prompt, answer}, and
 //                                     the prompt's text as generate.prompt.txt
@@ -22,6 +26,10 @@
 //                                     -> DIR.ftopt.safetensors {logits} on input.safetensors
 //   lora-save FOLDER DIR WORK         LoRA (r 8, alpha 16, the seven projections) with non-zero
 //                                     adapters over FOLDER's model, saved to DIR -> its logits
+//   qlora-save GGUF DIR WORK          QLoRA (storage::Ggml: the seven projections' blocks as the file
+//                                     holds them, whatever their types) with non-zero adapters, saved
+//                                     as PEFT's files to DIR -> DIR.ftopt.safetensors {logits,
+//                                     base_bytes, file_bytes, bases, type.<T> (bases per block type)}
 //   merge-save SOURCE DIR WORK        adapters with non-zero values over SOURCE's model (QLoRA over
 //                                     Q4_1 for a GGUF, LoRA over float for a folder; r 8, the seven
 //                                     projections), merged and saved with models::save_llama to DIR
@@ -33,6 +41,7 @@
 //   logits SOURCE WORK                models::Llama from a GGUF file or a transformers folder on
 //                                     input.safetensors (input_ids, attention_mask) -> SOURCE's
 //                                     file name + .ftopt.safetensors {logits} (float32, eval)
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,6 +58,7 @@
 #include <ftopt/peft/lora.hpp>
 #include <ftopt/peft/qlora.hpp>
 #include <ftopt/storage/ggml.hpp>
+#include <ftopt/storage/ggml_blocks.hpp>
 #include <ftopt/storage/q4_1.hpp>
 #include <ftopt/text/bpe_files.hpp>
 #include <ftopt/text/chat_template.hpp>
@@ -122,7 +132,12 @@ int main(int argc, char** argv) {
          same += at::equal(storage::Q4_1().quantize(storage::Q4_1::dequantize(packed, at::kFloat)).data, packed.data);
        }
        weights::StateDict out;
-       out.insert("blocks", storage::Q4_1().quantize(peer::load(work, "q4_1.input.safetensors")["w"]).data);
+       const auto w = peer::load(work, "q4_1.input.safetensors")["w"];
+       out.insert("blocks", storage::Q4_1().quantize(w).data);
+       using storage::ggml::Type;
+       for (const auto& [key, type] : {std::pair{"q8_0", Type::Q8_0}, {"q4_0", Type::Q4_0}, {"q5_0", Type::Q5_0},
+                                       {"q5_1", Type::Q5_1}})
+         out.insert(key, storage::ggml::quantize(w, type));
        out.insert("same", torch::tensor(same));
        out.insert("tensors", torch::tensor(tensors));
        peer::save(work, "q4_1.ftopt.safetensors", out);
@@ -148,7 +163,8 @@ int main(int argc, char** argv) {
        if (args.size() != 1) throw std::runtime_error("generate needs GGUF");
        const weights::Gguf file(args[0]);
        const auto bpe = text::bpe_from_gguf(file);
-       const std::string prompt = text::chatml({{"user", peer::read_json_lines(work / "generate.jsonl").at(0)}});
+       const std::string prompt = text::chatml({{"user", peer::read_json_lines(work / "generate.jsonl").at(0)}}, true,
+                                               text::chatml_default_system(file.string("tokenizer.chat_template")));
        std::ofstream(work / "generate.prompt.txt", std::ios::binary) << prompt;
        const auto ids = bpe.encode(prompt, "the prompt");
        auto [model, report] = models::load_llama_gguf(args[0]);
@@ -179,6 +195,34 @@ int main(int argc, char** argv) {
        peer::perturb_trainable(*model);  // B starts at zero: give every adapter tensor a value
        peft::save_adapter(*model, lora, work / args[1]);
        save_logits(model, work, args[1]);
+     }},
+    {"qlora-save", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       // QLoRA over the file's own blocks of every type (storage::Ggml): the bases' bytes against
+       // the file's tensors', the adapter as PEFT's files, the logits.
+       if (args.size() != 2) throw std::runtime_error("qlora-save needs GGUF DIR");
+       auto [model, report, packed] = models::load_llama_gguf_packed(args[0], seven);
+       const weights::Gguf file(args[0]);
+       std::int64_t file_bytes = 0;
+       std::map<std::string, std::int64_t> types;
+       for (const auto& t : file.tensors()) {
+         const auto name = models::llama_name_of_gguf(t.name);
+         if (!packed.contains(name)) continue;
+         file_bytes += static_cast<std::int64_t>(t.bytes);
+         ++types[storage::ggml::name_of(t.type)];
+       }
+       peft::QLora<storage::Ggml> qlora({.r = 8, .alpha = 16, .targets = seven});
+       qlora.use_packed(std::move(packed));
+       qlora.attach(*model);
+       torch::manual_seed(0);
+       peer::perturb_trainable(*model);
+       peft::save_adapter(*model, qlora, work / args[1]);
+       weights::StateDict out;
+       out.insert("logits", eval_logits(model, work));
+       out.insert("base_bytes", torch::tensor(qlora.base_bytes()));
+       out.insert("file_bytes", torch::tensor(file_bytes));
+       out.insert("bases", torch::tensor(static_cast<std::int64_t>(qlora.bases().size())));
+       for (const auto& [type, count] : types) out.insert("type." + type, torch::tensor(count));
+       peer::save(work, args[1] + ".ftopt.safetensors", out);
      }},
     {"merge-save", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 2) throw std::runtime_error("merge-save needs SOURCE DIR");

@@ -12,7 +12,8 @@ and decode back to the text. The same vocabulary behind Llama 3's pattern (with 
 and Qwen2's (after NFC), as tokenizer.json files, gives tokenizers' ids too.
 
 Blocks: random Q4_K, Q6_K, Q5_0, Q5_1, Q8_0, Q4_0 and Q4_1 blocks dequantize as gguf-py's
-quants.dequantize does.
+quants.dequantize does, and random weights quantize into Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 blocks
+as its quants.quantize does.
 
 Weights: every tensor ftopt reads from the GGUF (dequantized, q/k rows un-permuted, renamed)
 equals the state dict of transformers' from_pretrained(gguf_file=...). Logits of models::Llama
@@ -32,7 +33,7 @@ import os
 
 import torch
 
-from peer import Peer, check_token_ids
+from peer import HARD_STRINGS, Peer, check_token_ids
 
 peer = Peer("llama")
 data = os.environ.get("FTOPT_DATA_DIR", "")
@@ -70,20 +71,7 @@ reference.save(peer.path("tokenizer.json"))
 files = sorted(glob.glob(os.path.join(bbc, "*", "*.txt")))
 peer.check("the BBC corpus has 2,225 articles", len(files) == 2225, f"({len(files)})")
 articles = [open(f, "rb").read().decode("utf-8", errors="replace") for f in files]
-hard = [
-    "", " ", "   ", "\n\n\n", "\t \t", "a  b   c    d", "  leading", "trailing  ", "line\nbreak\r\nand\rreturns",
-    "I'm you're we've they'll he'd she's it's don't", "'S 'T 'RE 'VE 'M 'LL 'D", "O'Neil's rock'n'roll",
-    "0 1 12 123 1234 12345 3.14159 1,000,000 $100.50 20% 2nd 3rd 10th", "١٢٣ ٤٥ ½ ² ③ Ⅻ",
-    "日本語のテキストと中文字符, 한국어 텍스트", "I ❤️ 🤗 NLP 😀!! 👩‍👩‍👧 🏳️‍🌈", "emoji🥰inside", "Crème brûlée à la MODE",
-    "Ελληνικά ΚΕΦΑΛΑΙΑ σς", "Кириллица ЁЖИК", "مرحبا بالعالم", "नमस्ते दुनिया", "สวัสดีครับ", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝐛𝐨𝐥𝐝",
-    "hello\u00a0world\u3000wide\u2003em", "zero\u200dwidth\u200cjoiner\ufeffbom", "a\x00b\x01c\x7fd\x85e",
-    "<|im_start|>user\nWhich section?<|im_end|>\n<|im_start|>assistant\n", "<|endoftext|><|endoftext|>x",
-    "<|im_start|<|im_end|>>", "<repo_name>ftopt<file_sep>a.cpp", "x" * 300, "ab" * 200, "!!!???...;;;",
-    "e-mail: someone@example.com, url: https://example.com/a?b=c#d", "def f(x):\n    return x ** 2  # square\n",
-    "(parenthesised) [bracket]\tword «quote»", "x \r\n\r\n y\n\n  z", "'ſx Don'T 'Sx x'sy", "1234567 ١٢٣٤",
-    "cafe\u0301 \u212b \u1100\u1161 composed", "a.\n\nb", "don't\tWON'T\nI'LL",
-]
-texts = articles + hard
+texts = articles + HARD_STRINGS
 with open(peer.path("texts.jsonl"), "w", encoding="utf-8") as out:
     for t in texts:
         out.write(json.dumps(t) + "\n")
@@ -132,8 +120,9 @@ differ = [k for k in sorted(set(mine) & set(theirs)) if not torch.equal(mine[k],
 peer.check(f"all {len(theirs)} tensors equal to transformers' GGUF loader's", not differ,
            "".join(f"\n       {k}: max |diff| {(mine[k] - theirs[k]).abs().max().item():.3g}" for k in differ[:5]))
 
-# Q4_1 as llama.cpp quantizes: gguf-py's quants.quantize (the Python twin of ggml-quants.c's
-# quantize_row_q4_1_ref) gives ftopt's bytes; and every Q4_1 tensor of the file comes back as it was.
+# Q4_1, Q8_0, Q4_0, Q5_0 and Q5_1 as llama.cpp quantizes: gguf-py's quants.quantize (the Python
+# twin of ggml-quants.c's quantize_row_*_ref) gives ftopt's bytes; and every Q4_1 tensor of the
+# file comes back as it was.
 w = torch.randn(64, 96) * 0.05
 w[3, :32] = 0.25  # a flat block: d = 0
 peer.save("q4_1.input.safetensors", {"w": w})
@@ -141,6 +130,9 @@ peer.ftopt("q4_1", gguf_path)
 got = peer.load("q4_1.ftopt.safetensors")
 want = torch.from_numpy(gguf.quants.quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_1).copy())
 peer.equal("Q4_1 blocks equal to gguf-py's quantize", got["blocks"], want.view(torch.uint8).reshape(got["blocks"].shape))
+for kind in ("q8_0", "q4_0", "q5_0", "q5_1"):
+    want = torch.from_numpy(gguf.quants.quantize(w.numpy(), getattr(gguf.GGMLQuantizationType, kind.upper())).copy())
+    peer.equal(f"{kind.upper()} blocks equal to gguf-py's quantize", got[kind], want.view(torch.uint8).reshape(got[kind].shape))
 peer.check(f"every Q4_1 tensor of the file round-trips to its bytes ({got['same'].item()} of {got['tensors'].item()})",
            got["same"].item() == got["tensors"].item() == 210)
 

