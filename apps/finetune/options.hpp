@@ -139,8 +139,8 @@ inline Options parse(int argc, char** argv) {
   Options o;
   if (const char* home = std::getenv("HOME")) o.cache = std::string(home) + "/.cache/ftopt";
   CLI::App app{"The main job: fine-tune all-MiniLM-L6-v2 (a pretrained BERT) on BBC News with the naive baseline and\n"
-               "ftopt's policies, and close with a table. --task llm: teach SmolLM2-135M-Instruct, from its Q4_1 GGUF,\n"
-               "to name a BBC article's section with LoRA and QLoRA (docs/llm.md). --task fashion-mnist: pretrain a\n"
+               "ftopt's policies, and close with a table. --task llm: teach an LLM from its GGUF (SmolLM2-135M-Instruct;\n"
+               "--llm-model: another) to name a BBC article's section with LoRA and QLoRA (docs/llm.md). --task fashion-mnist: pretrain a\n"
                "backbone on Fashion-MNIST classes 0-4 (cached), fine-tune it on classes 5-9 (docs/models.md).",
                "finetune"};
   app.get_formatter()->column_width(34);
@@ -156,8 +156,9 @@ inline Options parse(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--text-model", o.text_model, "bbc-news: a Hugging Face BERT folder (default: the installed all-MiniLM-L6-v2)");
   app.add_option("--text-data", o.text_data, "bbc-news: a folder of class folders of .txt files (default: the installed BBC News)");
-  app.add_option("--llm-model", o.llm_model, "llm: a GGUF file of a llama or qwen2 chat model (default: the installed "
-                 "SmolLM2-135M-Instruct Q4_1)");
+  app.add_option("--llm-model", o.llm_model, "llm: a GGUF file of a llama or qwen2 chat model with a ChatML template "
+                 "(default: the installed SmolLM2-135M-Instruct Q4_1; the data folder's checkpoints/ has "
+                 "Qwen2.5-Coder-0.5B-Instruct Q4_K_M)");
   app.add_option("--llm-steps", o.llm_steps, "llm: training steps per row")->check(detail::at_least(1))->capture_default_str();
   app.add_option("--llm-batch", o.llm_batch, "llm: articles per step")->check(detail::at_least(1))->capture_default_str();
   app.add_option("--llm-chars", o.llm_chars, "llm: characters of each article in its question")
