@@ -27,13 +27,12 @@ PEFT with the same logits. Last, models merged and saved by ftopt (QLoRA over Sm
 blocks; LoRA over the Qwen2 folder) load in transformers' AutoModelForCausalLM with the logits
 ftopt computed."""
 import copy
-import glob
 import json
 import os
 
 import torch
 
-from peer import HARD_STRINGS, Peer, check_token_ids
+from peer import Peer, bbc_texts, check_token_ids
 
 peer = Peer("llama")
 data = os.environ.get("FTOPT_DATA_DIR", "")
@@ -68,13 +67,8 @@ reference.add_special_tokens([AddedToken(t, special=True, normalized=False)
                               for t, kind in zip(tokens, token_type) if kind == 3])
 reference.save(peer.path("tokenizer.json"))
 
-files = sorted(glob.glob(os.path.join(bbc, "*", "*.txt")))
-peer.check("the BBC corpus has 2,225 articles", len(files) == 2225, f"({len(files)})")
-articles = [open(f, "rb").read().decode("utf-8", errors="replace") for f in files]
-texts = articles + HARD_STRINGS
-with open(peer.path("texts.jsonl"), "w", encoding="utf-8") as out:
-    for t in texts:
-        out.write(json.dumps(t) + "\n")
+texts, n_articles = bbc_texts(peer, bbc)
+articles = texts[:n_articles]
 expected = [e.ids for e in reference.encode_batch(texts)]
 peer.ftopt("tokenize", gguf_path, peer.path("tokenizer.json"), "texts.jsonl")
 got = peer.load("tokenize.ftopt.safetensors")

@@ -80,6 +80,22 @@ HARD_STRINGS = [
 ]
 
 
+def bbc_texts(peer, bbc):
+    """The 2,225 BBC articles of the folder `bbc` (checked to be all there), then HARD_STRINGS,
+    also written one JSON string a line to the work folder's texts.jsonl for ftopt's side.
+    Returns (texts, the number of articles)."""
+    import glob
+    import json
+    files = sorted(glob.glob(os.path.join(bbc, "*", "*.txt")))
+    peer.check("the BBC corpus has 2,225 articles", len(files) == 2225, f"({len(files)})")
+    articles = [open(f, "rb").read().decode("utf-8", errors="replace") for f in files]
+    texts = articles + HARD_STRINGS
+    with open(peer.path("texts.jsonl"), "w", encoding="utf-8") as out:
+        for t in texts:
+            out.write(json.dumps(t) + "\n")
+    return texts, len(articles)
+
+
 def check_token_ids(peer, what, reference, ids, lengths, expected, texts, articles):
     """ftopt's ids of `texts` (flat `ids`, each text's length in `lengths`) equal to `expected`
     (the reference library's, named `reference`): one check over the first `articles` texts, one
