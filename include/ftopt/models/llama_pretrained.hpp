@@ -199,14 +199,16 @@ inline Llama3RopeScaling llama3_scaling_of(const weights::Gguf& file, const Llam
 }
 } // namespace detail
 
-/// LlamaOptions from a GGUF file's metadata (architecture llama or qwen2); tied when the file
-/// has no output.weight, as llama.cpp's converter leaves it out for tied models. A
-/// rope_freqs.weight tensor (Llama 3.1 and later) becomes Llama 3's rope scaling.
+/// LlamaOptions from a GGUF file's metadata (architecture llama, qwen2 or gemma3); tied when the
+/// file has no output.weight, as llama.cpp's converter leaves it out for tied models. A
+/// rope_freqs.weight tensor (Llama 3.1 and later) becomes Llama 3's rope scaling. gemma3 takes
+/// Gemma 3's parts (as transformers' Gemma3TextConfig: every sixth layer global, the others
+/// sliding over gemma3.attention.sliding_window tokens with rope base 10,000).
 inline LlamaOptions llama_options_from_gguf(const weights::Gguf& file) {
   const std::string where = "models::Llama: " + file.path().string();
   const std::string arch = file.string("general.architecture");
-  check(arch == "llama" || arch == "qwen2", where, ": general.architecture is '", arch,
-        "', not 'llama' or 'qwen2' (the decoders models::Llama is)");
+  check(arch == "llama" || arch == "qwen2" || arch == "gemma3", where, ": general.architecture is '", arch,
+        "', not 'llama', 'qwen2' or 'gemma3' (the decoders models::Llama is)");
   auto key = [&](const char* name) { return arch + "." + name; };
   LlamaOptions o;
   o.layers = file.integer(key("block_count"));
@@ -224,6 +226,13 @@ inline LlamaOptions llama_options_from_gguf(const weights::Gguf& file) {
   o.o_bias = file.has_tensor("blk.0.attn_output.bias");
   o.tie_word_embeddings = !file.has_tensor("output.weight");
   if (file.has_tensor("rope_freqs.weight")) o.rope_scaling = detail::llama3_scaling_of(file, o, where);
+  if (arch == "gemma3") {
+    o.norm_unit_offset = o.qk_norm = o.sandwich_norms = o.scale_embeddings = true;
+    o.activation = GateActivation::GeluTanh;
+    o.sliding_window = file.integer(key("attention.sliding_window"));
+    for (std::int64_t i = 0; i < o.layers; ++i) o.sliding_layers.push_back((i + 1) % 6 != 0);
+    o.rope_local_theta = 10000.0;
+  }
   try {
     o.validate();
   } catch (const Error& e) {
@@ -232,17 +241,29 @@ inline LlamaOptions llama_options_from_gguf(const weights::Gguf& file) {
   return o;
 }
 
-/// The Hugging Face name of a GGUF tensor of a llama/qwen2 file, or "" for one with none.
-inline std::string llama_name_of_gguf(const std::string& name) {
+/// The Hugging Face name of a GGUF tensor of a llama, qwen2 or gemma3 file (`arch`), or "" for
+/// one with none. gemma3's ffn_norm is the norm before the MLP, its post_attention_norm the one
+/// after attention (llama.cpp's tensor tables).
+inline std::string llama_name_of_gguf(const std::string& name, const std::string& arch = "llama") {
   static const std::map<std::string, std::string> top = {
       {"token_embd.weight", "model.embed_tokens.weight"}, {"output_norm.weight", "model.norm.weight"},
       {"output.weight", "lm_head.weight"}};
-  static const std::map<std::string, std::string> block = {
+  static const std::map<std::string, std::string> llama = {
       {"attn_norm", "input_layernorm"},       {"ffn_norm", "post_attention_layernorm"},
       {"attn_q", "self_attn.q_proj"},         {"attn_k", "self_attn.k_proj"},
       {"attn_v", "self_attn.v_proj"},         {"attn_output", "self_attn.o_proj"},
       {"ffn_gate", "mlp.gate_proj"},          {"ffn_up", "mlp.up_proj"},
       {"ffn_down", "mlp.down_proj"}};
+  static const std::map<std::string, std::string> gemma3 = [] {
+    auto table = llama;
+    table["ffn_norm"] = "pre_feedforward_layernorm";
+    table["post_attention_norm"] = "post_attention_layernorm";
+    table["post_ffw_norm"] = "post_feedforward_layernorm";
+    table["attn_q_norm"] = "self_attn.q_norm";
+    table["attn_k_norm"] = "self_attn.k_norm";
+    return table;
+  }();
+  const auto& block = arch == "gemma3" ? gemma3 : llama;
   if (const auto found = top.find(name); found != top.end()) return found->second;
   if (!name.starts_with("blk.")) return "";
   const auto dot = name.find('.', 4);
@@ -269,8 +290,8 @@ namespace detail {
 /// `Format` keeps (storage::Q4_1: Q4_1's; storage::Ggml: any block type ftopt reads) of a layer
 /// `packed_targets` matches; else "".
 template <storage::BlockFormat Format>
-std::string kept_packed(const weights::GgufTensor& t, const nn::NamePatterns& packed_targets) {
-  const std::string name = llama_name_of_gguf(t.name);
+std::string kept_packed(const weights::GgufTensor& t, const nn::NamePatterns& packed_targets, const std::string& arch) {
+  const std::string name = llama_name_of_gguf(t.name, arch);
   if (!Format::keeps(t.type) || !name.ends_with(".weight")) return "";
   const std::string module = name.substr(0, name.size() - 7);
   return std::ranges::any_of(packed_targets, [&](const auto& p) { return p.matches(module); }) ? name : "";
@@ -291,11 +312,14 @@ template <storage::BlockFormat Format = storage::Ggml>
 LlamaGgufState llama_gguf_state(const weights::Gguf& file, const LlamaOptions& options, at::ScalarType dtype,
                                 const nn::NamePatterns& packed_targets) {
   const std::string where = "models::Llama: " + file.path().string();
-  const bool permuted = file.string("general.architecture") == "llama";
+  const std::string arch = file.string("general.architecture");
+  const bool permuted = arch == "llama";
+  // llama.cpp's converter stores Gemma's norms as 1 + w (transformers' Gemma2TensorProcessor takes the 1 off).
+  const bool offset_norms = arch == "gemma3";
   LlamaGgufState out;
   std::vector<std::string> unknown;
   for (const auto& t : file.tensors()) {
-    const std::string name = llama_name_of_gguf(t.name);
+    const std::string name = llama_name_of_gguf(t.name, arch);
     if (t.name == "rope_freqs.weight" && options.rope_scaling) continue;  // in the options
     if (name.empty()) {
       unknown.push_back(t.name);
@@ -307,9 +331,11 @@ LlamaGgufState llama_gguf_state(const weights::Gguf& file, const LlamaOptions& o
         rows = unpermute_rotary_rows(rows, options.kv_heads);
       return rows.contiguous();
     };
-    if (!detail::kept_packed<Format>(t, packed_targets).empty()) {
+    if (!detail::kept_packed<Format>(t, packed_targets, arch).empty()) {
       const auto blocks = Format::from_blocks(file.bytes(t), t.type, t.shape);
       out.packed.emplace(name, Format::from_blocks(unpermuted(blocks.data).flatten(), t.type, t.shape));
+    } else if (offset_norms && t.name.ends_with("norm.weight")) {
+      out.state.insert(name, (file.dequantize(t.name, at::kFloat) - 1).to(dtype));
     } else {
       out.state.insert(name, unpermuted(file.dequantize(t.name, dtype)));
     }
@@ -355,7 +381,7 @@ PackedLlama load_llama_gguf_packed(const std::filesystem::path& path, const nn::
   Llama model(options);
   auto modules = model->named_modules("", /*include_self=*/false);
   for (const auto& t : file.tensors()) {
-    const std::string name = detail::kept_packed<Format>(t, targets);
+    const std::string name = detail::kept_packed<Format>(t, targets, file.string("general.architecture"));
     if (name.empty()) continue;
     auto* found = modules.find(name.substr(0, name.size() - 7));
     auto* layer = found != nullptr ? (*found)->as<nn::LinearImpl>() : nullptr;
@@ -401,6 +427,8 @@ template <class Json = nlohmann::ordered_json>
 Json llama_config_json(const LlamaOptions& o, at::ScalarType dtype) {
   static_assert(ftopt::detail::JsonIncluded<Json>::value);
   const bool qwen2 = o.qkv_bias && !o.o_bias;
+  check(!o.sandwich_norms && !o.qk_norm && !o.norm_unit_offset && !o.any_sliding(), "models::save_llama: writes "
+        "LlamaConfig and Qwen2Config; a Gemma 3 model's config is not one it writes yet");
   check(!o.o_bias || o.qkv_bias, "models::save_llama: an o_proj bias without q/k/v biases is neither "
         "LlamaConfig's attention_bias nor Qwen2's");
   check(!qwen2 || !o.mlp_bias, "models::save_llama: q/k/v biases without o_proj's are Qwen2's, whose MLP has "

@@ -164,20 +164,24 @@ inline at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double
 
 class RmsNormImpl : public torch::nn::Cloneable<RmsNormImpl> {
 public:
-  /// `fused`: nn::rms_norm's kernel where it applies (KernelOptions::row_kernels); `isa`: its copy.
-  RmsNormImpl(std::int64_t size, double eps, bool fused = true, CpuIsa isa = CpuIsa::Widest)
-      : size(size), eps(eps), fused(fused), isa(isa) {
+  /// `fused`: nn::rms_norm's kernel where it applies (KernelOptions::row_kernels); `isa`: its copy;
+  /// `unit_offset`: the scale is 1 + weight, the weight zeros at first (Gemma's RMSNorm).
+  RmsNormImpl(std::int64_t size, double eps, bool fused = true, CpuIsa isa = CpuIsa::Widest, bool unit_offset = false)
+      : size(size), eps(eps), fused(fused), isa(isa), unit_offset(unit_offset) {
     ftopt::detail::check(size >= 1 && eps >= 0, "nn::RmsNorm: size must be >= 1 and eps >= 0, got ", size, " and ", eps);
     reset();
   }
-  void reset() override { weight = register_parameter("weight", torch::ones({size})); }
+  void reset() override {
+    weight = register_parameter("weight", unit_offset ? torch::zeros({size}) : torch::ones({size}));
+  }
 
-  torch::Tensor forward(const torch::Tensor& x) { return rms_norm(x, weight, eps, fused, isa); }
+  torch::Tensor forward(const torch::Tensor& x) { return rms_norm(x, unit_offset ? weight + 1 : weight, eps, fused, isa); }
 
   std::int64_t size;
   double eps;
   bool fused;
   CpuIsa isa;
+  bool unit_offset;
   torch::Tensor weight;
 };
 TORCH_MODULE(RmsNorm);
