@@ -86,7 +86,7 @@ public:
       }
       if (spaces) {
         std::string spelled;
-        for (std::size_t i = code_points(t); i > 0; --i) spelled += space;
+        for (std::size_t i = code_point_count(t); i > 0; --i) spelled += space;
         t = spelled;
       }
     }
@@ -94,7 +94,7 @@ public:
     lengths_.resize(n);
     for (std::size_t id = 0; id < n; ++id) {
       ids_.insert(v_.tokens[id], static_cast<std::int32_t>(id));
-      lengths_[id] = static_cast<std::int32_t>(code_points(v_.tokens[id]));
+      lengths_[id] = static_cast<std::int32_t>(code_point_count(v_.tokens[id]));
     }
     added_ = detail::AddedTokens(v_.tokens, added);
 
@@ -170,9 +170,8 @@ private:
     auto operator<=>(const Rank&) const = default;
   };
   struct Candidate {
-    Rank rank;
+    Rank rank;       ///< rank.merged: the token the two pieces become
     std::size_t at;  ///< the left piece
-    std::int32_t merged;
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : at > o.at; }
   };
   struct Piece {
@@ -193,9 +192,6 @@ private:
     }
     return true;
   }
-  static std::size_t code_points(std::string_view s) {
-    return static_cast<std::size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
-  }
 
   /// The merge of two adjacent tokens, if their concatenation is one.
   std::optional<Candidate> candidate(const std::vector<Piece>& pieces, std::size_t at) const {
@@ -203,8 +199,7 @@ private:
     const auto merged = ids_.find(token(left) + token(right));
     if (merged < 0) return {};
     const double key = v_.order == MergeOrder::Position ? static_cast<double>(merged) : -v_.scores[static_cast<std::size_t>(merged)];
-    return Candidate{{key, -lengths_[static_cast<std::size_t>(left)], -lengths_[static_cast<std::size_t>(right)], merged}, at,
-                     merged};
+    return Candidate{{key, -lengths_[static_cast<std::size_t>(left)], -lengths_[static_cast<std::size_t>(right)], merged}, at};
   }
 
   /// Appends the ids of `text` (no added token in it), spaces as "▁", merged by rank.
@@ -219,7 +214,8 @@ private:
       character.assign(text.substr(at, i - at));
       if (character == " ") character = space;
       const auto id = ids_.find(character);
-      const auto add = [&](std::int32_t piece) {
+      const auto add = [&](std::int32_t piece) {  // linked to the piece before it
+        if (!pieces.empty()) pieces.back().next = static_cast<std::ptrdiff_t>(pieces.size());
         pieces.push_back({piece, static_cast<std::ptrdiff_t>(pieces.size()) - 1, -1});
       };
       if (id >= 0) {
@@ -236,7 +232,6 @@ private:
             "the vocabulary has no <unk>");
       if (pieces.empty() || pieces.back().id != v_.unk) add(static_cast<std::int32_t>(v_.unk));  // fused
     }
-    for (std::size_t k = 0; k + 1 < pieces.size(); ++k) pieces[k].next = static_cast<std::ptrdiff_t>(k + 1);
     std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
     for (std::size_t k = 0; k + 1 < pieces.size(); ++k)
       if (auto c = candidate(pieces, k)) queue.push(*c);
@@ -246,9 +241,9 @@ private:
       Piece& left = pieces[top.at];
       if (left.id < 0 || left.next < 0) continue;  // merged away, or now the last piece
       const auto now = candidate(pieces, top.at);
-      if (!now || now->merged != top.merged) continue;  // its right neighbour changed since
+      if (!now || now->rank.merged != top.rank.merged) continue;  // its right neighbour changed since
       Piece& right = pieces[static_cast<std::size_t>(left.next)];
-      left.id = top.merged;
+      left.id = top.rank.merged;
       left.next = right.next;
       if (right.next >= 0) pieces[static_cast<std::size_t>(right.next)].prev = static_cast<std::ptrdiff_t>(top.at);
       right.id = -1;

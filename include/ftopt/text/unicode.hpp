@@ -53,6 +53,13 @@ inline char32_t next_code_point(std::string_view bytes, std::size_t& i) {
   return cp;
 }
 
+/// The number of code points of UTF-8 `bytes` (its bytes that are not continuation bytes).
+inline std::size_t code_point_count(std::string_view bytes) {
+  std::size_t n = 0;
+  for (const unsigned char c : bytes) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 /// Throws ftopt::Error naming `source` and the byte offset of the first byte that is not UTF-8.
 [[noreturn]] inline void fail_utf8(std::string_view bytes, std::size_t at, std::string_view source) {
   fail(source.empty() ? std::string_view("text") : source, ": not UTF-8 at byte ", at, " (0x", std::hex,

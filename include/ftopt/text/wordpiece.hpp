@@ -108,11 +108,7 @@ public:
   const std::string& source() const { return source_; }
 
 private:
-  static std::int64_t chars(std::string_view word) {
-    std::int64_t n = 0;
-    for (unsigned char c : word) n += (c & 0xC0) != 0x80;
-    return n;
-  }
+  static std::int64_t chars(std::string_view word) { return static_cast<std::int64_t>(code_point_count(word)); }
 
   WordPieceOptions options_;
   std::string source_;
