@@ -196,11 +196,7 @@ public:
   bool has(const std::string& key) const { return metadata_.count(key) > 0; }
   /// A scalar value: an error names the file and the key when it is missing or of another type.
   std::int64_t integer(const std::string& key) const { return integer_of(scalar(key), key); }
-  double real(const std::string& key) const {
-    const auto& item = scalar(key);
-    if (const auto* d = std::get_if<double>(&item)) return *d;
-    return static_cast<double>(integer_of(item, key));
-  }
+  double real(const std::string& key) const { return real_of(scalar(key), key); }
   bool boolean(const std::string& key) const { return get<bool>(scalar(key), key, "a bool"); }
   const std::string& string(const std::string& key) const { return get<std::string>(scalar(key), key, "a string"); }
   /// An array of strings (tokenizer.ggml.tokens) or of integers (tokenizer.ggml.token_type).
@@ -212,8 +208,7 @@ public:
   /// An array of numbers (tokenizer.ggml.scores), as doubles.
   std::vector<double> reals(const std::string& key) const {
     std::vector<double> out;
-    for (const auto& item : array(key).items)
-      out.push_back(std::holds_alternative<double>(item) ? std::get<double>(item) : static_cast<double>(integer_of(item, key)));
+    for (const auto& item : array(key).items) out.push_back(real_of(item, key));
     return out;
   }
   std::vector<std::int64_t> integers(const std::string& key) const {
@@ -368,6 +363,10 @@ private:
       return static_cast<std::int64_t>(*u);
     }
     return get<std::int64_t>(item, key, "an integer");
+  }
+  double real_of(const GgufValue::Item& item, const std::string& key) const {
+    if (const auto* d = std::get_if<double>(&item)) return *d;
+    return static_cast<double>(integer_of(item, key));
   }
   template <class T>
   const T& get(const GgufValue::Item& item, const std::string& key, const char* what) const {
