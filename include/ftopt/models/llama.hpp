@@ -9,8 +9,8 @@
 /// Pre-norm decoder layers with RMSNorm, rotary position embeddings (rope_theta, optionally
 /// Llama 3's frequency scaling), grouped-query attention (num_key_value_heads <= heads), causal
 /// and padding masks, SwiGLU. Qwen2 is the same model with biases on q/k/v: `qkv_bias`. Gemma 3
-/// (transformers' Gemma3ForCausalLM) is the same core with Gemma's parts switched on
-/// (LlamaOptions::gemma3): RMSNorm scaling by 1 + w, q_norm and k_norm on each head, a norm after
+/// (transformers' Gemma3ForCausalLM) is the same core with Gemma's parts switched on (LlamaOptions'
+/// norm_unit_offset, qk_norm, sandwich_norms, activation, scale_embeddings, sliding_layers): RMSNorm scaling by 1 + w, q_norm and k_norm on each head, a norm after
 /// attention and one on each side of the MLP (model.layers.N.{post_attention_layernorm,
 /// pre_feedforward_layernorm, post_feedforward_layernorm}), GELU-tanh gating, embeddings scaled by
 /// sqrt(hidden), and sliding-window attention with its own rope base on most layers.
@@ -277,11 +277,14 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
       : embed_tokens(register_module("embed_tokens", torch::nn::Embedding(o.vocab_size, o.hidden))),
         layers(register_module("layers", torch::nn::ModuleList())),
         norm(register_module("norm", LlamaDecoderLayerImpl::norm(o))),
-        sliding_(o.sliding_layers), window_(o.sliding_window),
+        window_(o.sliding_window),
         embed_scale_(o.scale_embeddings ? std::sqrt(static_cast<double>(o.hidden)) : 0.0),
         inv_freq_(rope_inverse_frequencies(o)),
         local_inv_freq_(o.any_sliding() ? rope_inverse_frequencies(o, /*local=*/true) : at::Tensor()) {
-    for (std::int64_t i = 0; i < o.layers; ++i) layers->push_back(LlamaDecoderLayer(o));
+    for (std::int64_t i = 0; i < o.layers; ++i) {
+      layers->push_back(LlamaDecoderLayer(o));
+      sliding_.push_back(o.is_sliding(static_cast<std::size_t>(i)));
+    }
   }
 
   /// input: ids [B, T]; [B, 2, T] ids and attention_mask (0 on padding); or [B, 3, T] ids,
@@ -315,21 +318,16 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
         mask = mask.logical_or(at::eye(T, kept.options()));
       }
     }
-    const at::Tensor positions = packed ? input.select(1, 2) : at::arange(T, ids.options());
-    const auto [cos, sin] = rotary(positions, inv_freq_);
-    at::Tensor local_cos, local_sin, local_mask = mask;
-    if (local_inv_freq_.defined()) {
-      std::tie(local_cos, local_sin) = rotary(positions, local_inv_freq_);
-      local_mask = within_window(mask, 0, T, ids.options());
-    }
+    const auto [global, local] =
+        attention_inputs(packed ? input.select(1, 2) : at::arange(T, ids.options()), mask, 0, T, ids.options());
     at::Tensor h = embed(ids);
     for (std::size_t i = 0; i < layers->size(); ++i) {
       auto& block = *layers[i]->as<LlamaDecoderLayerImpl>();
-      const bool sliding = i < sliding_.size() && sliding_[i];
       // By value: a checkpointed block runs again in the backward, after this frame is gone.
-      h = run_block(static_cast<std::int64_t>(i), block, h,
-                    [b = &block, c = sliding ? local_cos : cos, s = sliding ? local_sin : sin,
-                     m = sliding ? local_mask : mask](const at::Tensor& x) { return b->forward(x, c, s, m); });
+      h = run_block(static_cast<std::int64_t>(i), block, h, [b = &block, in = sliding_[i] ? local : global](
+                                                                const at::Tensor& x) {
+        return b->forward(x, in.cos, in.sin, in.mask);
+      });
     }
     return norm(h);
   }
@@ -346,18 +344,12 @@ struct LlamaModelImpl : torch::nn::Module, nn::CheckpointableBlocks {
     at::Tensor mask;
     if (start > 0 && T > 1)
       mask = at::ones({T, start + T}, ids.options().dtype(at::kBool)).tril(start).view({1, 1, T, start + T});
-    const at::Tensor positions = at::arange(start, start + T, ids.options());
-    const auto [cos, sin] = rotary(positions, inv_freq_);
-    at::Tensor local_cos, local_sin, local_mask = mask;
-    if (local_inv_freq_.defined()) {
-      std::tie(local_cos, local_sin) = rotary(positions, local_inv_freq_);
-      local_mask = within_window(mask, start, T, ids.options());
-    }
+    const auto [global, local] =
+        attention_inputs(at::arange(start, start + T, ids.options()), mask, start, T, ids.options());
     at::Tensor h = embed(ids);
     for (std::size_t i = 0; i < layers->size(); ++i) {
-      const bool sliding = i < sliding_.size() && sliding_[i];
-      h = layer(i).forward(h, sliding ? local_cos : cos, sliding ? local_sin : sin, sliding ? local_mask : mask,
-                           &cache, i);
+      const auto& in = sliding_[i] ? local : global;
+      h = layer(i).forward(h, in.cos, in.sin, in.mask, &cache, i);
     }
     cache.length += T;
     return norm(h);
@@ -380,6 +372,25 @@ private:
     return {angles.cos(), angles.sin()};
   }
 
+  /// What a layer's attention reads: the rotary cos and sin of the positions, and the mask.
+  struct AttentionInputs {
+    at::Tensor cos, sin, mask;
+  };
+  /// The global layers' inputs and the sliding layers' (their rope base and window; the same as
+  /// the global ones in a model without sliding layers), for T queries at `positions` after
+  /// `start` cached tokens, `mask` the global one (undefined: causal).
+  std::pair<AttentionInputs, AttentionInputs> attention_inputs(const at::Tensor& positions, const at::Tensor& mask,
+                                                               std::int64_t start, std::int64_t T,
+                                                               const at::TensorOptions& ids) const {
+    auto [cos, sin] = rotary(positions, inv_freq_);
+    AttentionInputs global{cos, sin, mask}, local = global;
+    if (local_inv_freq_.defined()) {
+      std::tie(local.cos, local.sin) = rotary(positions, local_inv_freq_);
+      local.mask = within_window(mask, start, T, ids);
+    }
+    return {global, local};
+  }
+
   /// The token embeddings, times sqrt(hidden) in their own dtype where the model scales them
   /// (Gemma's normalizer).
   at::Tensor embed(const at::Tensor& ids) {
@@ -399,7 +410,7 @@ private:
     return mask.defined() ? mask.logical_and(band) : band;
   }
 
-  std::vector<bool> sliding_;
+  std::vector<bool> sliding_;  // per layer: whether it is a sliding layer
   std::int64_t window_;
   double embed_scale_;    // 0: none
   at::Tensor inv_freq_;   // not a buffer: transformers does not save it either
