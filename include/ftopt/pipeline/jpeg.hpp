@@ -56,9 +56,8 @@ public:
   /// table) TurboJPEG's handle keeps state that fails every later decode on it.
   std::string error_and_reset() {
     std::string message = error();
-    const bool compress = compress_;
     tjDestroy(handle_);
-    handle_ = compress ? tjInitCompress() : tjInitDecompress();
+    handle_ = compress_ ? tjInitCompress() : tjInitDecompress();
     ftopt::detail::check(handle_ != nullptr, "pipeline: TurboJPEG could not start again: ", tjGetErrorStr2(nullptr));
     return message;
   }
