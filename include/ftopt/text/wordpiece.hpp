@@ -18,6 +18,7 @@
 
 #include <ftopt/detail/token_table.hpp>
 #include <ftopt/error.hpp>
+#include <ftopt/text/unicode.hpp>
 
 namespace ftopt::text {
 
