@@ -35,6 +35,18 @@ models::LlamaOptions tiny_llama_options(bool qwen = false) {
           .max_position_embeddings = 128, .rms_norm_eps = 1e-6, .rope_theta = 50000.0, .qkv_bias = qwen,
           .tie_word_embeddings = !qwen};
 }
+/// Gemma 3's parts, the first layer sliding over 3 tokens, scores scaled by 1/sqrt(32) (head_dim 8).
+models::LlamaOptions tiny_gemma_options() {
+  auto o = tiny_llama_options();
+  o.head_dim = 8;
+  o.norm_unit_offset = o.qk_norm = o.sandwich_norms = o.scale_embeddings = true;
+  o.activation = models::GateActivation::GeluTanh;
+  o.sliding_window = 3;
+  o.sliding_layers = {true, false};
+  o.rope_local_theta = 100.0;
+  o.query_pre_attn_scalar = 32;
+  return o;
+}
 
 /// convert_hf_to_gguf.py, LlamaModel.permute:
 ///   w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -296,7 +308,8 @@ TEST_CASE("Llama from GGUF: another architecture, a missing layer or a stray ten
   other.string("general.architecture", "gpt2");
   other.write(path);
   CHECK_THAT(test::message_of([&] { models::load_llama_gguf(path); }),
-             Contains("bad.gguf: general.architecture is 'gpt2', not 'llama', 'qwen2' or 'gemma3'"));
+             Contains("bad.gguf: general.architecture is 'gpt2', not one of the decoder families ftopt has "
+                      "(GGUF architectures llama, qwen2, gemma3)"));
 
   models::Llama original(tiny_llama_options());
   auto stray = gguf_of(original, "llama");
@@ -369,7 +382,8 @@ TEST_CASE("Llama from a folder: transformers 5's rope_parameters and the config 
   CHECK_THAT(test::message_of([&] { options_of(c); }), Contains("hidden_act is 'gelu'"));
   c["hidden_act"] = "silu";
   c["model_type"] = "mistral3";
-  CHECK_THAT(test::message_of([&] { options_of(c); }), Contains("model_type is 'mistral3', not 'llama' or 'qwen2'"));
+  CHECK_THAT(test::message_of([&] { options_of(c); }), Contains("model_type is 'mistral3', not one of the decoder families ftopt has "
+                                                                  "(model_type llama, mistral, qwen2, gemma3_text)"));
   c["model_type"] = "llama";
   c["num_hidden_layers"] = "thirty";
   CHECK_THAT(test::message_of([&] { options_of(c); }), Contains("num_hidden_layers is \"thirty\", not an integer"));
@@ -452,4 +466,98 @@ TEST_CASE("save_llama: options neither config can hold and a dtype safetensors' 
              Contains("Qwen2's, whose MLP has no biases"));
   CHECK_THAT(test::message_of([&] { models::llama_config_json(tiny_llama_options(), at::kInt); }),
              Contains("dtype Int is not float32, bfloat16 or float16"));
+  options = tiny_llama_options();
+  options.sliding_window = 4;
+  options.sliding_layers = {true, false};  // sliding on some layers, without Gemma's parts
+  CHECK_THAT(test::message_of([&] { models::llama_config_json(options, at::kFloat); }),
+             Contains("the options describe a model of none of the decoder families ftopt has (llama, mistral, qwen2, "
+                      "gemma3)"));
+  options = tiny_gemma_options();
+  options.sandwich_norms = false;
+  CHECK_THAT(test::message_of([&] { models::llama_config_json(options, at::kFloat); }),
+             Contains("1 + w norms are Gemma 3's"));
+}
+
+TEST_CASE("save_llama: Gemma 3 and Mistral folders carry their family's config and load back with the same logits",
+          "[models][llama]") {
+  const test::ScratchDir scratch("llama-save-families");
+  torch::NoGradGuard no_grad;
+  const auto ids = torch::randint(0, 48, {2, 7}, torch::kLong);
+  auto mistral = tiny_llama_options();
+  mistral.sliding_window = 3;
+  mistral.sliding_layers = {true, true};
+  for (const auto& [family, options] : {std::pair{"gemma3_text", tiny_gemma_options()}, {"mistral", mistral}}) {
+    models::Llama original(options);
+    randomize(original);
+    const auto dir = scratch.path / family;
+    models::save_llama(*original, dir);
+    const auto config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+    CHECK(config["model_type"] == family);
+    CHECK(config["sliding_window"] == 3);
+    const auto file = weights::load_safetensors(dir / "model.safetensors");
+    CHECK(file.size() == models::llama_tensor_names(options).size());
+    auto [loaded, report] = models::load_llama(dir);
+    const auto& o = loaded->options();
+    CHECK(o.sliding_layers == options.sliding_layers);
+    CHECK(o.query_pre_attn_scalar == options.query_pre_attn_scalar);
+    CHECK(o.rope_local_theta == options.rope_local_theta);
+    CHECK(torch::equal(loaded(ids), original(ids)));
+  }
+  const auto gemma = nlohmann::json::parse(std::ifstream(scratch.path / "gemma3_text" / "config.json"));
+  CHECK(gemma["architectures"][0] == "Gemma3ForCausalLM");
+  CHECK(gemma["layer_types"] == nlohmann::json{"sliding_attention", "full_attention"});
+  CHECK(gemma["rope_parameters"]["sliding_attention"]["rope_theta"] == 100.0);
+  CHECK(gemma["query_pre_attn_scalar"] == 32);
+}
+
+TEST_CASE("Llama: query_pre_attn_scalar s scales the scores by 1/sqrt(s), as queries times sqrt(head_dim / s) do",
+          "[models][llama]") {
+  auto options = tiny_llama_options();
+  options.query_pre_attn_scalar = 32;  // head_dim 4
+  models::Llama scaled(options);
+  randomize(scaled);
+  models::Llama plain(tiny_llama_options());
+  weights::load_state_dict(*plain, weights::state_dict(*scaled));
+  torch::NoGradGuard no_grad;
+  for (auto& item : plain->named_parameters())
+    if (item.key().ends_with("self_attn.q_proj.weight")) item.value().mul_(std::sqrt(4.0 / 32.0));
+  const auto ids = torch::randint(0, 48, {2, 5}, torch::kLong);
+  CHECK(torch::allclose(scaled(ids), plain(ids), 1e-5, 1e-5));
+  CHECK_FALSE(torch::allclose(scaled(ids), models::Llama(tiny_llama_options())(ids), 1e-2, 1e-2));
+}
+
+TEST_CASE("Llama from a folder: Gemma 3's config.json, old and new, and the fields it cannot be", "[models][llama]") {
+  const test::ScratchDir scratch("gemma-config");
+  const auto path = scratch.path / "config.json";
+  auto options_of = [&](const nlohmann::json& c) {
+    std::ofstream(path) << c.dump();
+    return models::llama_options_from_config(path);
+  };
+  // As transformers 4.50 wrote Gemma 3 270M's: a layer pattern and two rope bases, no layer_types.
+  nlohmann::json c = {{"model_type", "gemma3_text"}, {"vocab_size", 48}, {"hidden_size", 16},
+                      {"intermediate_size", 24}, {"num_hidden_layers", 7}, {"num_attention_heads", 4},
+                      {"num_key_value_heads", 1}, {"head_dim", 8}, {"sliding_window", 5},
+                      {"sliding_window_pattern", 6}, {"rope_theta", 1e6}, {"rope_local_base_freq", 1e4},
+                      {"query_pre_attn_scalar", 8}, {"final_logit_softcapping", nullptr}};
+  auto o = options_of(c);
+  CHECK(o.sliding_layers == std::vector<bool>{true, true, true, true, true, false, true});
+  CHECK((o.rope_theta == 1e6 && o.rope_local_theta == 1e4 && o.tie_word_embeddings && o.rms_norm_eps == 1e-6));
+  CHECK((o.norm_unit_offset && o.qk_norm && o.sandwich_norms && o.scale_embeddings));
+  CHECK(o.activation == models::GateActivation::GeluTanh);
+  c["final_logit_softcapping"] = 30.0;
+  CHECK_THAT(test::message_of([&] { options_of(c); }),
+             Contains("config.json: final_logit_softcapping is 30.0; Gemma 3 has none"));
+  c["final_logit_softcapping"] = nullptr;
+  c["layer_types"] = {"sliding_attention", "chunked_attention"};
+  CHECK_THAT(test::message_of([&] { options_of(c); }), Contains("layer_types holds \"chunked_attention\""));
+  c["layer_types"] = {"sliding_attention", "full_attention"};
+  CHECK_THAT(test::message_of([&] { options_of(c); }), Contains("2 layer types for 7 layers"));
+  c.erase("layer_types");
+  c["hidden_activation"] = "gelu";
+  CHECK_THAT(test::message_of([&] { options_of(c); }), Contains("hidden_activation is 'gelu'"));
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  c["rope_parameters"] = {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}}},
+                          {"sliding_attention", {{"rope_type", "default"}}}};
+  CHECK_THAT(test::message_of([&] { options_of(c); }),
+             Contains("rope_parameters.full_attention.rope_type is 'linear'"));
 }

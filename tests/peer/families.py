@@ -114,6 +114,68 @@ def titles_batch(family, tokenizer, pad):
     return input_ids, attention_mask
 
 
+def qlora_against_peft(family, path, model, input_ids, attention_mask, logits, spread):
+    """QLoRA over the file's own blocks, whatever their types: the bases are the file's bytes, and
+    the adapter, saved as PEFT's files, gives ftopt's logits in PEFT over transformers' model."""
+    from peft import PeftModel
+
+    real = attention_mask.bool()
+    peer.save("input.safetensors", {"input_ids": input_ids, "attention_mask": attention_mask})
+    peer.ftopt("qlora-save", path, f"{family}_qlora")
+    got = peer.load(f"{family}_qlora.ftopt.safetensors")
+    types = {k.removeprefix("type."): v.item() for k, v in got.items() if k.startswith("type.")}
+    peer.check(f"{family}: QLoRA's {got['bases'].item()} bases are the file's blocks, byte for byte "
+               f"({got['base_bytes'].item()} bytes; {', '.join(f'{n} {t}' for t, n in sorted(types.items()))})",
+               got["base_bytes"].item() == got["file_bytes"].item() and sum(types.values()) == got["bases"].item())
+    peer.check(f"{family}: the bases mix block types", len(types) >= 2, f"({types})")
+    adapted = PeftModel.from_pretrained(model, peer.path(f"{family}_qlora")).eval()
+    with torch.no_grad():
+        want = adapted(input_ids=input_ids, attention_mask=attention_mask).logits
+    moved = (want - logits)[real].abs().max().item()
+    peer.check(f"{family}: the adapters change the logits (max |diff| {moved:.3g})", moved > 0.05)
+    # ftopt folds each adapter into its GEMM (W + s B A), PEFT adds its output: float32 rounding
+    # through every layer, to 2e-5 of the logits' largest magnitude.
+    scale = want[real].abs().max().item()
+    peer.close(f"{family}: QLoRA over the file's blocks equal to PEFT's LoRA over transformers' dequantized model "
+               f"(logits up to {scale:.3g})", got["logits"][real], want[real], atol=max(3 * spread, 2e-5 * scale))
+
+
+def merged_in_transformers(label, source, cls, input_ids, attention_mask, atol):
+    """Adapters over SOURCE's model merged and saved by ftopt (models::save_llama) load in
+    transformers as `cls` with the logits ftopt's merged model computes on input.safetensors."""
+    peer.save("input.safetensors", {"input_ids": input_ids, "attention_mask": attention_mask})
+    peer.ftopt("merge-save", source, label)
+    got = peer.load(label + ".ftopt.safetensors")
+    real = attention_mask.bool()
+    loaded = AutoModelForCausalLM.from_pretrained(peer.path(label), attn_implementation="eager").eval()
+    peer.check(f"{label}: transformers loads ftopt's folder as {cls}", type(loaded).__name__ == cls)
+    moved = (got["adapted"] - got["base"])[real].abs().max().item()
+    peer.check(f"{label}: the adapters change the logits (max |diff| {moved:.3g} from the base model's)", moved > 0.05)
+    with torch.no_grad():
+        want = loaded(input_ids=input_ids, attention_mask=attention_mask).logits
+    peer.close(f"{label}: logits in transformers equal to ftopt's merged model", got["merged"][real], want[real],
+               atol=atol)
+
+
+def random_folder(family, model):
+    """A random model of `family` written by transformers' save_pretrained: ftopt reads its config
+    and tensors and computes its logits on a right-padded batch longer than its sliding window;
+    then its merged LoRA, saved by ftopt, loads back in transformers with ftopt's logits."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    model.save_pretrained(peer.path(family))
+    input_ids = torch.randint(3, model.config.vocab_size, (3, 14))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 9:] = 0
+    attention_mask[2, 5:] = 0
+    compare_logits(f"{family} (random, from save_pretrained)", peer.path(family), model.eval(), input_ids,
+                   attention_mask)
+    merged_in_transformers(f"{family}-lora-merged", peer.path(family), type(model).__name__, input_ids,
+                           attention_mask, 1e-4)
+
+
 # --- Gemma 3: SentencePiece (text::SentencePieceBpe) and the model ------------------------------
 for family in SENTENCEPIECE:
     folder, name = os.path.split(paths[family])
@@ -129,7 +191,8 @@ for family in SENTENCEPIECE:
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
     compare_tensors(family, paths[family], model)
-    compare_logits(family, paths[family], model, *titles_batch(family, tokenizer, tokenizer.pad_token_id))
+    input_ids, attention_mask = titles_batch(family, tokenizer, tokenizer.pad_token_id)
+    logits, spread = compare_logits(family, paths[family], model, input_ids, attention_mask)
     window = model.config.sliding_window
     long = tokenizer(" ".join(articles[:4]))["input_ids"][:window + 88]
     peer.check(f"{family}: a row of {len(long)} tokens, longer than the sliding window of {window}", len(long) > window)
@@ -143,7 +206,11 @@ for family in SENTENCEPIECE:
     peer.check(f"{family}: the prompt's ids equal to transformers' tokenizer's",
                got["prompt"].tolist() == tokenizer(prompt)["input_ids"])
     greedy(family, model, got, tokenizer.pad_token_id, tokenizer)
-    del tokenizer, model
+    qlora_against_peft(family, paths[family], model, input_ids, attention_mask, logits, spread)  # adapts `model`
+    del model
+    merged_in_transformers(f"{family}-qlora-merged", paths[family], "Gemma3ForCausalLM", input_ids, attention_mask,
+                           max(1e-4, 3 * spread))
+    del tokenizer
 
 # --- Qwen2.5: byte-level BPE, the model, ChatML, QLoRA over its blocks ---------------------------
 for family in FAMILIES:
@@ -167,7 +234,6 @@ for family in FAMILIES:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     input_ids, attention_mask = titles_batch(family, tokenizer, pad)
     logits, spread = compare_logits(family, path, model, input_ids, attention_mask)
-    real = attention_mask.bool()
 
     # The chat prompt and greedy decoding.
     question = "Summarize this article in one sentence.\n\n" + articles[0][:600]
@@ -183,26 +249,19 @@ for family in FAMILIES:
                got["prompt"].tolist() == tokenizer(rendered)["input_ids"])
     greedy(family, model, got, pad, tokenizer)
 
-    # QLoRA over the file's own blocks, whatever their types.
-    peer.ftopt("qlora-save", path, f"{family}_qlora")
-    got = peer.load(f"{family}_qlora.ftopt.safetensors")
-    types = {k.removeprefix("type."): v.item() for k, v in got.items() if k.startswith("type.")}
-    peer.check(f"{family}: QLoRA's {got['bases'].item()} bases are the file's blocks, byte for byte "
-               f"({got['base_bytes'].item()} bytes; {', '.join(f'{n} {t}' for t, n in sorted(types.items()))})",
-               got["base_bytes"].item() == got["file_bytes"].item() and sum(types.values()) == got["bases"].item())
-    peer.check(f"{family}: the bases mix block types", len(types) >= 2, f"({types})")
-    from peft import PeftModel  # noqa: E402
+    qlora_against_peft(family, path, model, input_ids, attention_mask, logits, spread)
+    del model
 
-    adapted = PeftModel.from_pretrained(model, peer.path(f"{family}_qlora")).eval()
-    with torch.no_grad():
-        want = adapted(input_ids=input_ids, attention_mask=attention_mask).logits
-    moved = (want - logits)[real].abs().max().item()
-    peer.check(f"{family}: the adapters change the logits (max |diff| {moved:.3g})", moved > 0.05)
-    # ftopt folds each adapter into its GEMM (W + s B A), PEFT adds its output: float32 rounding
-    # through 24 layers, to 2e-5 of the logits' largest magnitude.
-    scale = want[real].abs().max().item()
-    peer.close(f"{family}: QLoRA over the file's blocks equal to PEFT's LoRA over transformers' dequantized model "
-               f"(logits up to {scale:.3g})", got["logits"][real], want[real], atol=max(3 * spread, 2e-5 * scale))
-    del model, adapted
+# --- Gemma 3's and Mistral's configs, from random models transformers writes -------------------
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig, MistralForCausalLM  # noqa: E402
+
+tiny = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, sliding_window=4, attn_implementation="eager")
+# query_pre_attn_scalar 256 (the default) with head_dim 8: scores scaled by 1/16, not 1/sqrt(8).
+random_folder("gemma3_text", Gemma3ForCausalLM(Gemma3TextConfig(**tiny, layer_types=[
+    "sliding_attention", "full_attention", "sliding_attention"], rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 5e4},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}})))
+random_folder("mistral", MistralForCausalLM(MistralConfig(**tiny, tie_word_embeddings=False)))
 
 peer.done()

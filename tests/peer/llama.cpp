@@ -1,6 +1,6 @@
-// The C++ side of tests/peer/llama.py and tests/peer/families.py: weights::Gguf, text::ByteLevelBpe
-// and models::Llama on real GGUF files (SmolLM2-135M-Instruct, Qwen2.5-Coder-0.5B-Instruct) and on
-// folders transformers wrote.
+// The C++ side of tests/peer/llama.py and tests/peer/families.py: weights::Gguf, text::ByteLevelBpe,
+// text::SentencePieceBpe and models::Llama on real GGUF files (SmolLM2-135M-Instruct,
+// Qwen2.5-Coder-0.5B-Instruct, Gemma 3 270M) and on folders transformers wrote.
 //   tokenize GGUF TOKENIZER_JSON TEXTS WORK  ids of every line of TEXTS (JSON strings), with the
 //                                     tokenizer of the GGUF's metadata and with TOKENIZER_JSON
 //                                     -> tokenize.ftopt.safetensors {gguf, json, lengths,
@@ -37,7 +37,7 @@
 //                                     as PEFT's files to DIR -> DIR.ftopt.safetensors {logits,
 //                                     base_bytes, file_bytes, bases, type.<T> (bases per block type)}
 //   merge-save SOURCE DIR WORK        adapters with non-zero values over SOURCE's model (QLoRA over
-//                                     Q4_1 for a GGUF, LoRA over float for a folder; r 8, the seven
+//                                     the file's blocks for a GGUF, LoRA over float for a folder; r 8, the seven
 //                                     projections), merged and saved with models::save_llama to DIR
 //                                     -> DIR.ftopt.safetensors {base, adapted, merged} (logits)
 //   packed GGUF WORK                  the documents of packed.input.safetensors {ids (concatenated),
@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
          models::save_llama(*model, work / args[1]);
        };
        const peft::LoraOptions options{.r = 8, .alpha = 16, .targets = seven};
-       if (source.extension() == ".gguf") adapt_merge_save(peft::QLora<storage::Q4_1>(options));
+       if (source.extension() == ".gguf") adapt_merge_save(peft::QLora<storage::Ggml>(options));
        else adapt_merge_save(peft::Lora(options));
        peer::save(work, args[1] + ".ftopt.safetensors", out);
      }},

@@ -91,6 +91,7 @@ struct LlamaOptions {
   std::int64_t sliding_window = 0; ///< what sliding layers attend to: the last sliding_window tokens
   std::vector<bool> sliding_layers;  ///< layer_types: true for "sliding_attention"; empty: none
   double rope_local_theta = 10000.0;  ///< the sliding layers' rope_theta (rope_parameters.sliding_attention)
+  std::int64_t query_pre_attn_scalar = 0;  ///< scores scaled by 1/sqrt(this) (Gemma's); 0: by the head dimension's
   /// Not in LlamaConfig: ftopt's kernels (q/k/v and gate/up as one GEMM each; attention's).
   KernelOptions kernel;
 
@@ -108,6 +109,7 @@ struct LlamaOptions {
           dim_of_head());
     check(rope_theta > 0 && rms_norm_eps >= 0, "LlamaOptions: rope_theta must be > 0 and rms_norm_eps >= 0, got ",
           rope_theta, " and ", rms_norm_eps);
+    check(query_pre_attn_scalar >= 0, "LlamaOptions: query_pre_attn_scalar must be >= 0, got ", query_pre_attn_scalar);
     check(sliding_layers.empty() || static_cast<std::int64_t>(sliding_layers.size()) == layers, "LlamaOptions: ",
           sliding_layers.size(), " layer types for ", layers, " layers");
     check(!any_sliding() || sliding_window >= 1, "LlamaOptions: sliding layers need sliding_window >= 1, got ",
@@ -157,7 +159,11 @@ inline nn::Linear llama_linear(std::int64_t in, std::int64_t out, bool bias) {
 /// over kv_heads shared by groups of heads, o_proj.
 struct LlamaAttentionImpl : torch::nn::Module {
   explicit LlamaAttentionImpl(const LlamaOptions& o)
-      : heads(o.heads), kv_heads(o.kv_heads), head_dim(o.dim_of_head()), kernel(o.kernel),
+      : heads(o.heads), kv_heads(o.kv_heads), head_dim(o.dim_of_head()),
+        query_scale(o.query_pre_attn_scalar > 0 && o.query_pre_attn_scalar != head_dim
+                        ? std::sqrt(static_cast<double>(head_dim) / static_cast<double>(o.query_pre_attn_scalar))
+                        : 1.0),
+        kernel(o.kernel),
         q_proj(register_module("q_proj", detail::llama_linear(o.hidden, o.heads * head_dim, o.qkv_bias))),
         k_proj(register_module("k_proj", detail::llama_linear(o.hidden, o.kv_heads * head_dim, o.qkv_bias))),
         v_proj(register_module("v_proj", detail::llama_linear(o.hidden, o.kv_heads * head_dim, o.qkv_bias))),
@@ -185,6 +191,9 @@ struct LlamaAttentionImpl : torch::nn::Module {
       ks = k_norm(ks);
     }
     at::Tensor qh = nn::apply_rotary(qs, cos, sin, kernel.row_kernels, kernel.isa);
+    // Attention scales by 1/sqrt(head_dim); scores scaled by 1/sqrt(query_pre_attn_scalar) instead
+    // take the difference on the queries.
+    if (query_scale != 1.0) qh = qh * at::scalar_tensor(query_scale, qh.options());
     at::Tensor kh = nn::apply_rotary(ks, cos, sin, kernel.row_kernels, kernel.isa);
     at::Tensor vh = split(v, kv_heads);
     bool causal = !mask.defined();
@@ -214,6 +223,7 @@ struct LlamaAttentionImpl : torch::nn::Module {
   }
 
   std::int64_t heads, kv_heads, head_dim;
+  double query_scale;  ///< sqrt(head_dim / query_pre_attn_scalar), 1 where they are equal
   KernelOptions kernel;
   nn::Linear q_proj, k_proj, v_proj, o_proj;
   nn::RmsNorm q_norm{nullptr}, k_norm{nullptr};  ///< with LlamaOptions::qk_norm

@@ -1,19 +1,20 @@
 #pragma once
 /// Pretrained decoders into models::Llama, from the two places users keep them:
-///   - a Hugging Face folder, as LlamaForCausalLM.from_pretrained(folder) reads it: config.json
-///     (model_type "llama" or "qwen2"; anything models::Llama cannot be is an error naming the
-///     field and its value) and model.safetensors, or the shards that
-///     model.safetensors.index.json lists;
+///   - a Hugging Face folder, as AutoModelForCausalLM.from_pretrained(folder) reads it:
+///     config.json, read as its model_type's family reads it (models/decoder_families.hpp: llama,
+///     mistral, qwen2, gemma3_text; anything models::Llama cannot be is an error naming the field
+///     and its value), and model.safetensors, or the shards model.safetensors.index.json lists;
 ///   - a GGUF file, as transformers' GGUF loader reads it: the config from the metadata
-///     (`<arch>.block_count`, `.embedding_length`, ...), the tensors dequantized and renamed
-///     (blk.N.attn_q -> model.layers.N.self_attn.q_proj, ...), and the rows of q and k put back
-///     in Hugging Face's order: llama.cpp's converter interleaves the two rotary halves of each
-///     head of a llama model (convert_hf_to_gguf.py, LlamaModel.permute); qwen2's are not.
+///     (`<arch>.block_count`, `.embedding_length`, ...), the tensors dequantized and renamed by
+///     the family's table (blk.N.attn_q -> model.layers.N.self_attn.q_proj, ...), and what
+///     llama.cpp's converter changed undone: each head's q and k rows of a llama model
+///     interleaved (convert_hf_to_gguf.py, LlamaModel.permute), Gemma's norms stored as 1 + w.
 /// A tensor the model lacks, or one the file lacks, is an error naming the file and the names.
 ///
 ///   auto [llm, report] = ftopt::models::load_llama(folder);                    // uses JSON
 ///   auto [smol, _] = ftopt::models::load_llama_gguf("SmolLM2-135M-Instruct.Q4_1.gguf");
-/// and back out as a folder transformers loads (after peft.merge(*model) folded the adapters in):
+/// and back out as a folder transformers loads (after peft.merge(*model) folded the adapters in),
+/// with the config of the model's family:
 ///   ftopt::models::save_llama(*smol, "smollm2-bbc");           // config.json + model.safetensors
 
 #include <algorithm>
@@ -30,6 +31,7 @@
 #include <ftopt/detail/atomic_file.hpp>
 #include <ftopt/detail/json.hpp>
 #include <ftopt/error.hpp>
+#include <ftopt/models/decoder_families.hpp>
 #include <ftopt/models/llama.hpp>
 #include <ftopt/nn/names.hpp>
 #include <ftopt/storage/ggml.hpp>
@@ -56,7 +58,8 @@ struct PackedLlama {
   std::map<std::string, storage::PackedWeight> packed;
 };
 
-/// LlamaOptions from a config.json (transformers' LlamaConfig or Qwen2Config).
+/// LlamaOptions from a config.json: the family its model_type names (models/decoder_families.hpp)
+/// reads it as transformers' config class of that family does.
 template <class Json = nlohmann::json>
 LlamaOptions llama_options_from_config(const std::filesystem::path& path) {
   static_assert(ftopt::detail::JsonIncluded<Json>::value);
@@ -68,49 +71,8 @@ LlamaOptions llama_options_from_config(const std::filesystem::path& path) {
     auto get = [&](const Json& from, const char* key, auto fallback) {
       return ftopt::detail::json_value_or(from, key, fallback, where);
     };
-    const std::string model_type = get(c, "model_type", std::string());
-    check(model_type == "llama" || model_type == "qwen2", where, ": model_type is '", model_type,
-          "', not 'llama' or 'qwen2' (the decoders models::Llama is)");
-    o.vocab_size = get(c, "vocab_size", o.vocab_size);
-    o.hidden = get(c, "hidden_size", o.hidden);
-    o.intermediate = get(c, "intermediate_size", o.intermediate);
-    o.layers = get(c, "num_hidden_layers", o.layers);
-    o.heads = get(c, "num_attention_heads", o.heads);
-    o.kv_heads = get(c, "num_key_value_heads", o.heads);
-    o.head_dim = get(c, "head_dim", std::int64_t{0});
-    o.max_position_embeddings = get(c, "max_position_embeddings", o.max_position_embeddings);
-    o.rms_norm_eps = get(c, "rms_norm_eps", o.rms_norm_eps);
-    o.tie_word_embeddings = get(c, "tie_word_embeddings", false);
-    o.initializer_range = get(c, "initializer_range", o.initializer_range);
-    o.mlp_bias = get(c, "mlp_bias", false);
-    const bool attention_bias = get(c, "attention_bias", false);
-    o.qkv_bias = model_type == "qwen2" || attention_bias;
-    o.o_bias = model_type == "llama" && attention_bias;
-    const std::string act = get(c, "hidden_act", std::string("silu"));
-    check(act == "silu", where, ": hidden_act is '", act, "'; models::Llama's MLP is SwiGLU (silu)");
-    // transformers 5 writes rope_parameters {rope_type, rope_theta, ...}; older files rope_theta
-    // and rope_scaling {rope_type or type, ...}.
-    o.rope_theta = get(c, "rope_theta", 10000.0);
-    const char* rope_key = c.contains("rope_parameters") && !c["rope_parameters"].is_null() ? "rope_parameters"
-                                                                                             : "rope_scaling";
-    if (c.contains(rope_key) && !c[rope_key].is_null()) {
-      const Json& r = c[rope_key];
-      check(r.is_object(), where, ": ", rope_key, " is ", r.dump(), ", not an object");
-      o.rope_theta = get(r, "rope_theta", o.rope_theta);
-      const std::string type = get(r, "rope_type", get(r, "type", std::string("default")));
-      if (type == "llama3") {
-        Llama3RopeScaling s;
-        s.factor = get(r, "factor", s.factor);
-        s.low_freq_factor = get(r, "low_freq_factor", s.low_freq_factor);
-        s.high_freq_factor = get(r, "high_freq_factor", s.high_freq_factor);
-        s.original_max_position_embeddings = get(r, "original_max_position_embeddings",
-                                                 s.original_max_position_embeddings);
-        o.rope_scaling = s;
-      } else {
-        check(type == "default", where, ": ", rope_key, ".rope_type is '", type,
-              "'; models::Llama has 'default' and 'llama3'");
-      }
-    }
+    visit_family_of_model_type(get(c, "model_type", std::string()), where,
+                               [&](auto family) { decltype(family)::read_config(c, get, where, o); });
   } catch (const typename Json::exception& e) {  // a field of the wrong JSON type
     fail(where, ": ", e.what());
   }
@@ -199,40 +161,34 @@ inline Llama3RopeScaling llama3_scaling_of(const weights::Gguf& file, const Llam
 }
 } // namespace detail
 
-/// LlamaOptions from a GGUF file's metadata (architecture llama, qwen2 or gemma3); tied when the
-/// file has no output.weight, as llama.cpp's converter leaves it out for tied models. A
-/// rope_freqs.weight tensor (Llama 3.1 and later) becomes Llama 3's rope scaling. gemma3 takes
-/// Gemma 3's parts (as transformers' Gemma3TextConfig: every sixth layer global, the others
-/// sliding over gemma3.attention.sliding_window tokens with rope base 10,000).
+/// LlamaOptions from a GGUF file's metadata: the keys every architecture has
+/// (`<arch>.block_count`, `.embedding_length`, ...), then those of the family its
+/// general.architecture names (models/decoder_families.hpp). Tied when the file has no
+/// output.weight, as llama.cpp's converter leaves it out for tied models. A rope_freqs.weight
+/// tensor (Llama 3.1 and later) becomes Llama 3's rope scaling.
 inline LlamaOptions llama_options_from_gguf(const weights::Gguf& file) {
   const std::string where = "models::Llama: " + file.path().string();
   const std::string arch = file.string("general.architecture");
-  check(arch == "llama" || arch == "qwen2" || arch == "gemma3", where, ": general.architecture is '", arch,
-        "', not 'llama', 'qwen2' or 'gemma3' (the decoders models::Llama is)");
-  auto key = [&](const char* name) { return arch + "." + name; };
   LlamaOptions o;
-  o.layers = file.integer(key("block_count"));
-  o.hidden = file.integer(key("embedding_length"));
-  o.intermediate = file.integer(key("feed_forward_length"));
-  o.heads = file.integer(key("attention.head_count"));
-  o.kv_heads = file.has(key("attention.head_count_kv")) ? file.integer(key("attention.head_count_kv")) : o.heads;
-  o.max_position_embeddings = file.integer(key("context_length"));
-  o.rms_norm_eps = file.real(key("attention.layer_norm_rms_epsilon"));
-  o.rope_theta = file.has(key("rope.freq_base")) ? file.real(key("rope.freq_base")) : 10000.0;
-  if (file.has(key("attention.key_length"))) o.head_dim = file.integer(key("attention.key_length"));
-  o.vocab_size = file.has(key("vocab_size")) ? file.integer(key("vocab_size"))
-                                             : file.tensor("token_embd.weight").shape.front();
-  o.qkv_bias = file.has_tensor("blk.0.attn_q.bias");
-  o.o_bias = file.has_tensor("blk.0.attn_output.bias");
-  o.tie_word_embeddings = !file.has_tensor("output.weight");
-  if (file.has_tensor("rope_freqs.weight")) o.rope_scaling = detail::llama3_scaling_of(file, o, where);
-  if (arch == "gemma3") {
-    o.norm_unit_offset = o.qk_norm = o.sandwich_norms = o.scale_embeddings = true;
-    o.activation = GateActivation::GeluTanh;
-    o.sliding_window = file.integer(key("attention.sliding_window"));
-    for (std::int64_t i = 0; i < o.layers; ++i) o.sliding_layers.push_back((i + 1) % 6 != 0);
-    o.rope_local_theta = 10000.0;
-  }
+  visit_family_of_gguf(arch, where, [&](auto family) {
+    auto key = [&](const char* name) { return arch + "." + name; };
+    o.layers = file.integer(key("block_count"));
+    o.hidden = file.integer(key("embedding_length"));
+    o.intermediate = file.integer(key("feed_forward_length"));
+    o.heads = file.integer(key("attention.head_count"));
+    o.kv_heads = file.has(key("attention.head_count_kv")) ? file.integer(key("attention.head_count_kv")) : o.heads;
+    o.max_position_embeddings = file.integer(key("context_length"));
+    o.rms_norm_eps = file.real(key("attention.layer_norm_rms_epsilon"));
+    o.rope_theta = file.has(key("rope.freq_base")) ? file.real(key("rope.freq_base")) : 10000.0;
+    if (file.has(key("attention.key_length"))) o.head_dim = file.integer(key("attention.key_length"));
+    o.vocab_size = file.has(key("vocab_size")) ? file.integer(key("vocab_size"))
+                                               : file.tensor("token_embd.weight").shape.front();
+    o.qkv_bias = file.has_tensor("blk.0.attn_q.bias");
+    o.o_bias = file.has_tensor("blk.0.attn_output.bias");
+    o.tie_word_embeddings = !file.has_tensor("output.weight");
+    if (file.has_tensor("rope_freqs.weight")) o.rope_scaling = detail::llama3_scaling_of(file, o, where);
+    decltype(family)::read_gguf(file, o);
+  });
   try {
     o.validate();
   } catch (const Error& e) {
@@ -241,29 +197,12 @@ inline LlamaOptions llama_options_from_gguf(const weights::Gguf& file) {
   return o;
 }
 
-/// The Hugging Face name of a GGUF tensor of a llama, qwen2 or gemma3 file (`arch`), or "" for
-/// one with none. gemma3's ffn_norm is the norm before the MLP, its post_attention_norm the one
-/// after attention (llama.cpp's tensor tables).
+/// The Hugging Face name of a GGUF tensor in a file of architecture `arch` (its family's tensor
+/// table), or "" for one with none.
 inline std::string llama_name_of_gguf(const std::string& name, const std::string& arch = "llama") {
   static const std::map<std::string, std::string> top = {
       {"token_embd.weight", "model.embed_tokens.weight"}, {"output_norm.weight", "model.norm.weight"},
       {"output.weight", "lm_head.weight"}};
-  static const std::map<std::string, std::string> llama = {
-      {"attn_norm", "input_layernorm"},       {"ffn_norm", "post_attention_layernorm"},
-      {"attn_q", "self_attn.q_proj"},         {"attn_k", "self_attn.k_proj"},
-      {"attn_v", "self_attn.v_proj"},         {"attn_output", "self_attn.o_proj"},
-      {"ffn_gate", "mlp.gate_proj"},          {"ffn_up", "mlp.up_proj"},
-      {"ffn_down", "mlp.down_proj"}};
-  static const std::map<std::string, std::string> gemma3 = [] {
-    auto table = llama;
-    table["ffn_norm"] = "pre_feedforward_layernorm";
-    table["post_attention_norm"] = "post_attention_layernorm";
-    table["post_ffw_norm"] = "post_feedforward_layernorm";
-    table["attn_q_norm"] = "self_attn.q_norm";
-    table["attn_k_norm"] = "self_attn.k_norm";
-    return table;
-  }();
-  const auto& block = arch == "gemma3" ? gemma3 : llama;
   if (const auto found = top.find(name); found != top.end()) return found->second;
   if (!name.starts_with("blk.")) return "";
   const auto dot = name.find('.', 4);
@@ -271,9 +210,9 @@ inline std::string llama_name_of_gguf(const std::string& name, const std::string
   if (dot == std::string::npos || last <= dot) return "";
   const std::string layer = name.substr(4, dot - 4), part = name.substr(dot + 1, last - dot - 1);
   if (layer.empty() || layer.find_first_not_of("0123456789") != std::string::npos) return "";
-  const auto mapped = block.find(part);
-  if (mapped == block.end()) return "";
-  return "model.layers." + layer + "." + mapped->second + name.substr(last);
+  for (const auto& row : gguf_layout_of(arch, "models::llama_name_of_gguf").layer_tensors)
+    if (row.gguf == part) return "model.layers." + layer + "." + std::string(row.hf) + name.substr(last);
+  return "";
 }
 
 /// Undoes llama.cpp's rotary interleave of q or k rows (transformers' reverse_permute_weights):
@@ -304,7 +243,7 @@ struct LlamaGgufState {
   std::map<std::string, storage::PackedWeight> packed;
 };
 
-/// The tensors of a llama/qwen2 GGUF file under Hugging Face's names, dequantized to `dtype`,
+/// The tensors of a decoder's GGUF file under Hugging Face's names, dequantized to `dtype`,
 /// except the weights in blocks `Format` keeps of the layers `packed_targets` matches (as a PEFT
 /// policy's targets match), which stay the file's blocks: views of the mapped file, or for q and
 /// k (whose rows llama.cpp reorders; a row is whole blocks) a copy in Hugging Face's row order.
@@ -313,9 +252,9 @@ LlamaGgufState llama_gguf_state(const weights::Gguf& file, const LlamaOptions& o
                                 const nn::NamePatterns& packed_targets) {
   const std::string where = "models::Llama: " + file.path().string();
   const std::string arch = file.string("general.architecture");
-  const bool permuted = arch == "llama";
-  // llama.cpp's converter stores Gemma's norms as 1 + w (transformers' Gemma2TensorProcessor takes the 1 off).
-  const bool offset_norms = arch == "gemma3";
+  const GgufRows rows = gguf_layout_of(arch, where).rows;
+  const bool permuted = rows == GgufRows::InterleavedRotary;
+  const bool offset_norms = rows == GgufRows::NormsPlusOne;
   LlamaGgufState out;
   std::vector<std::string> unknown;
   for (const auto& t : file.tensors()) {
@@ -348,7 +287,7 @@ LlamaGgufState llama_gguf_state(const weights::Gguf& file, const LlamaOptions& o
   return out;
 }
 
-/// The tensors of a llama/qwen2 GGUF file under Hugging Face's names, dequantized to `dtype`.
+/// The tensors of a decoder's GGUF file under Hugging Face's names, dequantized to `dtype`.
 inline weights::StateDict llama_state_from_gguf(const weights::Gguf& file, const LlamaOptions& options,
                                                 at::ScalarType dtype = at::kFloat) {
   return llama_gguf_state(file, options, dtype, {}).state;
@@ -396,9 +335,8 @@ PackedLlama load_llama_gguf_packed(const std::filesystem::path& path, const nn::
   return {std::move(loaded), std::move(report), std::move(state.packed)};
 }
 
-/// The Hugging Face names of a LlamaForCausalLM's (or Qwen2ForCausalLM's) tensors with these
-/// options, in the order transformers lists them; no lm_head.weight when tied, as save_pretrained
-/// leaves it out.
+/// The Hugging Face names of a decoder's tensors with these options, in the order transformers
+/// lists them; no lm_head.weight when tied, as save_pretrained leaves it out.
 inline std::vector<std::string> llama_tensor_names(const LlamaOptions& o) {
   std::vector<std::string> names = {"model.embed_tokens.weight"};
   for (std::int64_t i = 0; i < o.layers; ++i) {
@@ -407,63 +345,33 @@ inline std::vector<std::string> llama_tensor_names(const LlamaOptions& o) {
       names.push_back(layer + "self_attn." + p + ".weight");
       if (std::string_view(p) == "o_proj" ? o.o_bias : o.qkv_bias) names.push_back(layer + "self_attn." + p + ".bias");
     }
+    if (o.qk_norm)
+      for (const char* p : {"q_norm", "k_norm"}) names.push_back(layer + "self_attn." + p + ".weight");
     for (const char* p : {"gate_proj", "up_proj", "down_proj"}) {
       names.push_back(layer + "mlp." + p + ".weight");
       if (o.mlp_bias) names.push_back(layer + "mlp." + p + ".bias");
     }
     names.push_back(layer + "input_layernorm.weight");
     names.push_back(layer + "post_attention_layernorm.weight");
+    if (o.sandwich_norms)
+      for (const char* p : {"pre_feedforward_layernorm", "post_feedforward_layernorm"})
+        names.push_back(layer + p + ".weight");
   }
   names.push_back("model.norm.weight");
   if (!o.tie_word_embeddings) names.push_back("lm_head.weight");
   return names;
 }
 
-/// config.json's fields for these options, as transformers 5 writes a LlamaConfig or, where the
-/// biases are Qwen2's (q, k and v, not o), a Qwen2Config; `dtype` names the saved tensors' type.
-/// Options neither config can hold (an o_proj bias without q/k/v's; Qwen2 with MLP biases) are
-/// an error naming them.
+/// config.json's fields for these options, as transformers 5 writes the config of the family
+/// whose models they describe (models/decoder_families.hpp); `dtype` names the saved tensors'
+/// type. Options no family's config can hold are an error naming them.
 template <class Json = nlohmann::ordered_json>
 Json llama_config_json(const LlamaOptions& o, at::ScalarType dtype) {
   static_assert(ftopt::detail::JsonIncluded<Json>::value);
-  const bool qwen2 = o.qkv_bias && !o.o_bias;
-  check(!o.sandwich_norms && !o.qk_norm && !o.norm_unit_offset && !o.any_sliding(), "models::save_llama: writes "
-        "LlamaConfig and Qwen2Config; a Gemma 3 model's config is not one it writes yet");
-  check(!o.o_bias || o.qkv_bias, "models::save_llama: an o_proj bias without q/k/v biases is neither "
-        "LlamaConfig's attention_bias nor Qwen2's");
-  check(!qwen2 || !o.mlp_bias, "models::save_llama: q/k/v biases without o_proj's are Qwen2's, whose MLP has "
-        "no biases, but mlp_bias is set");
   check(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
         "models::save_llama: dtype ", at::toString(dtype), " is not float32, bfloat16 or float16");
-  Json rope = {{"rope_type", o.rope_scaling ? "llama3" : "default"}, {"rope_theta", o.rope_theta}};
-  if (o.rope_scaling) {
-    rope["factor"] = o.rope_scaling->factor;
-    rope["low_freq_factor"] = o.rope_scaling->low_freq_factor;
-    rope["high_freq_factor"] = o.rope_scaling->high_freq_factor;
-    rope["original_max_position_embeddings"] = o.rope_scaling->original_max_position_embeddings;
-  }
   Json c;
-  c["architectures"] = {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
-  c["model_type"] = qwen2 ? "qwen2" : "llama";
-  c["vocab_size"] = o.vocab_size;
-  c["hidden_size"] = o.hidden;
-  c["intermediate_size"] = o.intermediate;
-  c["num_hidden_layers"] = o.layers;
-  c["num_attention_heads"] = o.heads;
-  c["num_key_value_heads"] = o.kv_heads;
-  c["head_dim"] = o.dim_of_head();
-  c["hidden_act"] = "silu";
-  c["max_position_embeddings"] = o.max_position_embeddings;
-  c["rms_norm_eps"] = o.rms_norm_eps;
-  c["initializer_range"] = o.initializer_range;
-  c["tie_word_embeddings"] = o.tie_word_embeddings;
-  if (qwen2) {
-    c["use_sliding_window"] = false;
-  } else {
-    c["attention_bias"] = o.qkv_bias;
-    c["mlp_bias"] = o.mlp_bias;
-  }
-  c["rope_parameters"] = rope;
+  visit_family_of_options(o, "models::save_llama", [&](auto family) { decltype(family)::write_config(o, c); });
   c["dtype"] = dtype == at::kFloat ? "float32" : dtype == at::kBFloat16 ? "bfloat16" : "float16";
   return c;
 }
