@@ -5,7 +5,7 @@
 //   build/benchmarks/bench_attention --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 //
 // The first cases are the main job's ViT (batch 128, 4 heads, 50 tokens of 16 dims): the score
-// product q k^T, the weighted sum P v, then the whole of compat::scaled_dot_product_attention and
+// product q k^T, the weighted sum P v, then the whole of nn::scaled_dot_product_attention and
 // a whole training step of the ViT (forward, backward, AdamW), each with batched_matmul switched
 // off and on (on LibTorch 2.x the attention is ATen's fused SDPA either way). The last ones sit
 // above batched_matmul's size limit (64^3 per item and more), calling the kernel directly, to
@@ -19,6 +19,7 @@
 #include <ftopt/detail/batched_matmul.hpp>
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/models/vit.hpp>
+#include <ftopt/nn/attention.hpp>
 
 #include "machine.hpp"
 #include "side_by_side.hpp"
@@ -55,7 +56,7 @@ void BM_ViTAttention(benchmark::State& state) {
   auto make = [] { return torch::randn({128, 4, 50, 16}, torch::requires_grad()); };
   auto q = make(), k = make(), v = make();
   auto run = [&](bool kernel) {
-    auto out = ftopt::compat::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, false, {.batched_matmul = kernel});
+    auto out = ftopt::nn::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, false, {.batched_matmul = kernel});
     torch::autograd::grad({out}, {q, k, v}, {torch::ones_like(out)});
   };
   ftopt::bench::side_by_side(state, {{"at_matmul", [&] { run(false); }}, {"ftopt", [&] { run(true); }}});

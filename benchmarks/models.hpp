@@ -9,6 +9,7 @@
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/models/bert.hpp>
 #include <ftopt/models/vit.hpp>
+#include <ftopt/nn/attention.hpp>
 
 namespace ftopt::bench {
 
@@ -51,7 +52,7 @@ struct BlockImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     const auto B = x.size(0), T = x.size(1), C = x.size(2);
     auto parts = qkv(norm1(x)).view({B, T, 3, heads, C / heads}).permute({2, 0, 3, 1, 4});
-    auto attended = compat::scaled_dot_product_attention(parts[0], parts[1], parts[2]);
+    auto attended = nn::scaled_dot_product_attention(parts[0], parts[1], parts[2]);
     auto h = x + proj(attended.transpose(1, 2).reshape({B, T, C}));
     return h + fc2(torch::gelu(fc1(norm2(h))));
   }

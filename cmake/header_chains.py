@@ -19,7 +19,9 @@ and is cut where a later header would take another (split_by_tier).
   header_chains.py write INCLUDE_DIR OUT_DIR    one chain_<tier>_NNN.cpp per chain in OUT_DIR
                                                 (tier: a key of PRECOMPILED, or plain)
   header_chains.py verify INCLUDE_DIR OUT_DIR   exit 1 when the chains no longer hold (a
-                                                header added, removed or including otherwise)
+                                                header added, removed or including otherwise),
+                                                or when a header of ftopt/detail/ includes one
+                                                above it (LOWEST_LAYER)
 """
 import pathlib
 import re
@@ -29,6 +31,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*<(ftopt[^>]*)>')
 ANY_INCLUDE = re.compile(r'^\s*#\s*include\s*<([^>]*)>')
 # The precompiled LibTorch headers a chain may start from, the largest first (cmake's tiers).
 PRECOMPILED = {'module': 'torch/nn/module.h', 'aten': 'ATen/ATen.h', 'tensor': 'ATen/core/Tensor.h'}
+# ftopt/detail/ is the lowest layer: its headers include only each other and these leaves.
+LOWEST_LAYER = ('ftopt/detail/', 'ftopt/error.hpp', 'ftopt/kernel_options.hpp', 'ftopt/json.hpp')
 CONDITION_OPEN = re.compile(r'^\s*#\s*if')
 CONDITION_CLOSE = re.compile(r'^\s*#\s*endif')
 
@@ -133,6 +137,13 @@ def main(mode, include_dir, out_dir):
             text += ''.join(f'#include <{h}>\n' for h in chain)
             (out / f'chain_{key}_{i:03d}.cpp').write_text(text)
         return 0
+    for h in sorted(closure):
+        upward = [d for d in unconditional_includes(root / h) if h.startswith(LOWEST_LAYER[0])
+                  and not d.startswith(LOWEST_LAYER)]
+        if upward:
+            print(f'header check: {h} includes {", ".join(upward)}; ftopt/detail/ includes only '
+                  f'{", ".join(LOWEST_LAYER)} (move the header up, or the code it needs down)', file=sys.stderr)
+            return 1
     seen = []
     for path in sorted(out.glob('chain_*.cpp')):
         chain = read_chain(path)

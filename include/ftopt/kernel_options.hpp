@@ -9,7 +9,7 @@
 
 namespace ftopt {
 
-/// Which kernel attention uses on LibTorch 2.x (compat::scaled_dot_product_attention): Auto
+/// Which kernel attention uses on LibTorch 2.x (nn::scaled_dot_product_attention): Auto
 /// chooses by device, dtype and length; Fused always calls at::scaled_dot_product_attention;
 /// WrittenOut always uses the math written out. 1.13 always writes it out.
 enum class AttentionKernel { Auto, Fused, WrittenOut };

@@ -33,7 +33,7 @@
 #include <ftopt/callbacks/callback.hpp>
 #include <ftopt/detail/clock.hpp>
 #include <ftopt/detail/phase.hpp>
-#include <ftopt/detail/slot_checks.hpp>
+#include <ftopt/trainer/slot_checks.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/hardware.hpp>
 #include <ftopt/memory/none.hpp>

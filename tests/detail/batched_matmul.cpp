@@ -10,6 +10,7 @@
 
 #include <ftopt/detail/batched_matmul.hpp>
 #include <ftopt/detail/compat.hpp>
+#include <ftopt/nn/attention.hpp>
 
 #include "../support.hpp"
 
@@ -114,8 +115,8 @@ TEST_CASE("scaled_dot_product_attention through batched_matmul is the float64 at
   auto q = torch::randn({2, 4, 50, 16}, torch::requires_grad()), k = torch::randn({2, 4, 50, 16}),
        v = torch::randn({2, 4, 50, 16});
   auto qd = q.detach().to(torch::kDouble).requires_grad_();
-  auto out = ftopt::compat::scaled_dot_product_attention(q, k, v);
-  auto out_d = ftopt::compat::scaled_dot_product_attention(qd, k.to(torch::kDouble), v.to(torch::kDouble));
+  auto out = ftopt::nn::scaled_dot_product_attention(q, k, v);
+  auto out_d = ftopt::nn::scaled_dot_product_attention(qd, k.to(torch::kDouble), v.to(torch::kDouble));
   CHECK(matches_float64(out, out_d));
   auto upstream = torch::randn_like(out);
   CHECK(matches_float64(torch::autograd::grad({out}, {q}, {upstream})[0],

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <ftopt/detail/compat.hpp>
+#include <ftopt/nn/attention.hpp>
 
 using ftopt::compat::AutocastScope;
 
@@ -59,17 +60,17 @@ TEST_CASE("scaled_dot_product_attention is softmax(q k^T / sqrt(d) + mask) v", "
        v = torch::randn({5, 2}, torch::kDouble);
   // Qualified calls: at::scaled_dot_product_attention is found by argument-dependent lookup too.
   namespace compat = ftopt::compat;
-  CHECK(torch::allclose(compat::scaled_dot_product_attention(q, k, v),
+  CHECK(torch::allclose(nn::scaled_dot_product_attention(q, k, v),
                         attention_by_hand(q, k, v, [](auto, auto) { return true; })));
 
   auto some = [](std::int64_t i, std::int64_t j) { return (i + j) % 2 == 0 || j == 0; };
   auto mask = torch::zeros({4, 5}, torch::kBool);
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 5; ++j) mask[i][j] = some(i, j);
-  CHECK(torch::allclose(compat::scaled_dot_product_attention(q, k, v, mask), attention_by_hand(q, k, v, some)));
+  CHECK(torch::allclose(nn::scaled_dot_product_attention(q, k, v, mask), attention_by_hand(q, k, v, some)));
 
   auto ks = k.narrow(0, 0, 4), vs = v.narrow(0, 0, 4);
-  CHECK(torch::allclose(compat::scaled_dot_product_attention(q, ks, vs, std::nullopt, 0.0, /*is_causal=*/true),
+  CHECK(torch::allclose(nn::scaled_dot_product_attention(q, ks, vs, std::nullopt, 0.0, /*is_causal=*/true),
                         attention_by_hand(q, ks, vs, [](auto i, auto j) { return j <= i; })));
 }
 
@@ -78,12 +79,12 @@ TEST_CASE("scaled_dot_product_attention is softmax(q k^T / sqrt(d) + mask) v", "
 #if FTOPT_TORCH_AT_LEAST(2, 0)
 namespace {
 /// Output and input gradients of attention under one kernel, for the same inputs and output gradient.
-std::vector<torch::Tensor> attention_with(ftopt::compat::AttentionKernel kernel, const std::vector<torch::Tensor>& qkv,
+std::vector<torch::Tensor> attention_with(ftopt::AttentionKernel kernel, const std::vector<torch::Tensor>& qkv,
                                           const torch::Tensor& grad, const std::optional<torch::Tensor>& mask,
                                           bool causal) {
   std::vector<torch::Tensor> leaves;
   for (const auto& t : qkv) leaves.push_back(t.detach().clone().requires_grad_(true));
-  auto out = ftopt::compat::scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], mask, 0.0, causal,
+  auto out = ftopt::nn::scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], mask, 0.0, causal,
                                                          {.attention = kernel});
   out.backward(grad);
   return {out.detach(), leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
@@ -91,7 +92,7 @@ std::vector<torch::Tensor> attention_with(ftopt::compat::AttentionKernel kernel,
 } // namespace
 
 TEST_CASE("the written-out attention matches ATen's fused kernel, values and gradients", "[compat][attention]") {
-  using ftopt::compat::AttentionKernel;
+  using ftopt::AttentionKernel;
   torch::manual_seed(11);
   for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
     const double tol = dtype == torch::kFloat ? 1e-5 : 3e-2;
@@ -118,7 +119,7 @@ TEST_CASE("the written-out attention matches ATen's fused kernel, values and gra
 
 TEST_CASE("Auto writes attention out for short CPU sequences, as measured, and fuses long ones",
           "[compat][attention]") {
-  using ftopt::compat::attention_written_out_pays;
+  using ftopt::nn::attention_written_out_pays;
   auto shaped = [](std::int64_t len, torch::Dtype dtype) { return torch::zeros({1, 1, len, 8}, dtype); };
   CHECK(attention_written_out_pays(shaped(50, torch::kFloat), shaped(50, torch::kFloat)));
   CHECK(attention_written_out_pays(shaped(197, torch::kFloat), shaped(197, torch::kFloat)));

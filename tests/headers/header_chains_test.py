@@ -65,6 +65,17 @@ class HeaderChains(unittest.TestCase):
         self.assertIn("b.hpp does not include all of ['ftopt/a.hpp']", result.stderr)
         self.assertIn("re-run cmake", result.stderr)
 
+    def test_verify_refuses_a_detail_header_including_one_above_it(self):
+        tree = Tree({"error.hpp": "", "nn/a.hpp": "", "detail/b.hpp": include("error.hpp", "detail/c.hpp"),
+                     "detail/c.hpp": ""})
+        tree.run("write")
+        self.assertEqual(tree.run("verify").returncode, 0)
+        tree.write({"detail/c.hpp": include("nn/a.hpp")})
+        tree.run("write")
+        result = tree.run("verify")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("ftopt/detail/c.hpp includes ftopt/nn/a.hpp; ftopt/detail/ includes only", result.stderr)
+
     def test_verify_refuses_a_header_added_since(self):
         tree = Tree({"a.hpp": ""})
         tree.run("write")

@@ -1,5 +1,5 @@
 // Tests for include/ftopt/nn/chunked_attention.hpp: softmax(q k^T / sqrt(d)) v over blocks of query
-// rows, against compat::scaled_dot_product_attention (forward and backward), and no attention matrix
+// rows, against nn::scaled_dot_product_attention (forward and backward), and no attention matrix
 // kept for the backward. The ViT with chunked attention: checkpoint.cpp.
 #include <catch2/catch.hpp>
 
@@ -7,6 +7,7 @@
 
 #include <ftopt/detail/compat.hpp>
 #include <ftopt/memory/support/peak.hpp>
+#include <ftopt/nn/attention.hpp>
 #include <ftopt/nn/chunked_attention.hpp>
 
 #include "../support.hpp"
@@ -26,7 +27,7 @@ TEST_CASE("Chunked attention matches softmax(q k^T / sqrt(d)) v, forward and bac
     auto k = torch::randn({2, 3, c.S, 8}, torch::kDouble).requires_grad_(true);
     auto v = torch::randn({2, 3, c.S, 5}, torch::kDouble).requires_grad_(true);
     const auto go = torch::randn({2, 3, c.L, 5}, torch::kDouble);
-    auto reference = compat::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, c.causal);
+    auto reference = nn::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, c.causal);
     auto want = torch::autograd::grad({reference}, {q, k, v}, {go});
     auto out = nn::chunked_attention(q, k, v, {.chunk = c.chunk, .is_causal = c.causal});
     auto got = torch::autograd::grad({out}, {q, k, v}, {go});

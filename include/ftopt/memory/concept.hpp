@@ -15,7 +15,7 @@
 /// parameters once, arms it with the optimizer before each backward and disarms it after, and
 /// the policy steps each parameter inside the backward (memory::OptimizerInBackward). A policy
 /// that declares it without the three hooks fails to compile with a sentence naming the first
-/// one missing (detail/slot_checks.hpp).
+/// one missing (trainer/slot_checks.hpp).
 ///
 /// Laws:
 ///   - forward returns what model->forward(input) returns, with the same gradients;

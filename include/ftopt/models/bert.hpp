@@ -33,15 +33,15 @@
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/pimpl.h>
 
-#include <ftopt/detail/compat.hpp>
-#include <ftopt/detail/init_like_transformers.hpp>
 #include <ftopt/error.hpp>
+#include <ftopt/kernel_options.hpp>
+#include <ftopt/models/init_like_transformers.hpp>
+#include <ftopt/nn/attention.hpp>
 #include <ftopt/nn/attention_prefix.hpp>
 #include <ftopt/nn/checkpoint.hpp>
 #include <ftopt/nn/dropout.hpp>
 #include <ftopt/nn/layer_norm.hpp>
 #include <ftopt/nn/linear.hpp>
-#include <ftopt/kernel_options.hpp>
 #include <ftopt/nn/shared_input_linears.hpp>
 
 namespace ftopt::models {
@@ -189,7 +189,7 @@ struct BertSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
       if (m.defined())
         m = at::cat({at::ones({B, 1, 1, pk.size(0)}, m.options()), m}, -1);
     }
-    auto out = compat::scaled_dot_product_attention(split(q), split(k), split(v),
+    auto out = nn::scaled_dot_product_attention(split(q), split(k), split(v),
                                                     m.defined() ? std::optional<at::Tensor>(m) : std::nullopt,
                                                     is_training() ? attention_dropout : 0.0,
                                                     /*is_causal=*/false, kernel);

@@ -39,10 +39,10 @@
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/pimpl.h>
 
-#include <ftopt/detail/compat.hpp>
-#include <ftopt/detail/init_like_transformers.hpp>
 #include <ftopt/error.hpp>
 #include <ftopt/kernel_options.hpp>
+#include <ftopt/models/init_like_transformers.hpp>
+#include <ftopt/nn/attention.hpp>
 #include <ftopt/nn/checkpoint.hpp>
 #include <ftopt/nn/linear.hpp>
 #include <ftopt/nn/rms_norm.hpp>
@@ -216,7 +216,7 @@ struct LlamaAttentionImpl : torch::nn::Module {
       kh = kh.repeat_interleave(heads / kv_heads, 1);
       vh = vh.repeat_interleave(heads / kv_heads, 1);
     }
-    auto out = compat::scaled_dot_product_attention(qh, kh, vh, mask.defined() ? std::optional<at::Tensor>(mask)
+    auto out = nn::scaled_dot_product_attention(qh, kh, vh, mask.defined() ? std::optional<at::Tensor>(mask)
                                                                                : std::nullopt,
                                                     0.0, causal, kernel);
     return o_proj(out.transpose(1, 2).reshape({B, T, heads * head_dim}));

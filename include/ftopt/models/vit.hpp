@@ -6,7 +6,7 @@
 ///   vit.encoder.layer.N.attention.output.dense, .intermediate.dense, .output.dense,
 ///   vit.encoder.layer.N.layernorm_before / layernorm_after, vit.layernorm, classifier
 /// Pre-norm blocks, exact GELU, LayerNorm eps 1e-12, the classifier on the [CLS] token: HF's
-/// defaults. Attention goes through compat::scaled_dot_product_attention (SDPA on LibTorch 2.x).
+/// defaults. Attention goes through nn::scaled_dot_product_attention (SDPA on LibTorch 2.x).
 /// query/key/value are nn::Linear, so `targets = {"query", "value"}` finds them; their products
 /// run as one GEMM (nn::shared_input_linears) whenever what is attached to them allows.
 ///
@@ -23,8 +23,8 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
-#include <ftopt/detail/compat.hpp>
 #include <ftopt/error.hpp>
+#include <ftopt/nn/attention.hpp>
 #include <ftopt/nn/conv2d.hpp>
 #include <ftopt/nn/layer_norm.hpp>
 #include <ftopt/nn/attention_prefix.hpp>
@@ -38,7 +38,7 @@
 namespace ftopt::models {
 
 /// How self-attention is computed (HF's `attn_implementation`): Sdpa is
-/// compat::scaled_dot_product_attention (fused kernels on LibTorch 2.x, the plain math on 1.13);
+/// nn::scaled_dot_product_attention (fused kernels on LibTorch 2.x, the plain math on 1.13);
 /// Chunked is nn::chunked_attention, which keeps no attention matrix for the backward on any
 /// LibTorch (no attention dropout).
 enum class AttnImplementation { Sdpa, Chunked };
@@ -142,7 +142,7 @@ struct ViTSelfAttentionImpl : torch::nn::Module, nn::PrefixAttention {
     k = split(k);
     v = split(v);
     auto out = chunk > 0 ? nn::chunked_attention(q, k, v, {.chunk = chunk})
-                         : compat::scaled_dot_product_attention(q, k, v, std::nullopt,
+                         : nn::scaled_dot_product_attention(q, k, v, std::nullopt,
                                                                 is_training() ? attention_dropout : 0.0,
                                                                 /*is_causal=*/false, kernel);
     return out.transpose(1, 2).reshape({B, T, C});
