@@ -54,6 +54,7 @@
 #include <ftopt.hpp>
 #include <ftopt/loss/causal_lm.hpp>
 #include <ftopt/models/generate.hpp>
+#include <ftopt/models/gemma3/family.hpp>
 #include <ftopt/models/llama.hpp>
 
 #include "machine.hpp"
@@ -336,32 +337,56 @@ void bert_bf16_lora(benchmark::State& state) {
 }
 void bert_fp32_full(benchmark::State& state) { bert_case<ftopt::precision::Fp32>(state, "bert_fp32_full"); }
 
-/// SmolLM2-135M's architecture (models::LlamaOptions' defaults), batch 8 x 256 random tokens,
-/// the labels the ids; LoRA r 16 on all seven projections (PEFT's recipe, dropout 0.05) under
-/// bf16 autocast. ftopt trains it as the main job's LLM task does, with the fused linear
-/// cross-entropy over the hidden states (loss::fused_causal_lm); ftopt_adamw with torch's AdamW,
-/// ftopt_fused with optim::FusedAdamW. Python: transformers + PEFT, its loss over the logits, and
-/// the chunked loss over the hidden states (python_peer.py's ChunkedCausalLm).
+/// The decoders of the LoRA step: SmolLM2-135M's architecture (models::LlamaOptions' defaults),
+/// Gemma 3 270M's and Qwen2.5-0.5B's (their config.json fields, as python_peer.py's
+/// decoder_config), random weights.
+ftopt::models::LlamaOptions decoder_options(const std::string& name) {
+  ftopt::models::LlamaOptions o;
+  if (name == "gemma3") {
+    o = {.vocab_size = 262144, .hidden = 640, .intermediate = 2048, .layers = 18, .heads = 4, .kv_heads = 1,
+         .head_dim = 256, .max_position_embeddings = 32768, .rms_norm_eps = 1e-6, .rope_theta = 1e6};
+    ftopt::models::families::Gemma3::set_parts(o);
+    o.sliding_window = 512;
+    ftopt::models::families::Gemma3::every_sixth_global(o);
+    o.rope_local_theta = 1e4;
+    o.query_pre_attn_scalar = 256;
+  } else if (name == "qwen2") {
+    o = {.vocab_size = 151936, .hidden = 896, .intermediate = 4864, .layers = 24, .heads = 14, .kv_heads = 2,
+         .max_position_embeddings = 32768, .rms_norm_eps = 1e-6, .rope_theta = 1e6, .qkv_bias = true};
+  } else if (name != "llama") {
+    throw std::runtime_error("no decoder named " + name + " (llama, gemma3, qwen2)");
+  }
+  return o;
+}
+
+/// A decoder of decoder_options(`name`), batch 8 x 256 random tokens, the labels the ids; LoRA
+/// r 16 on all seven projections (PEFT's recipe, dropout 0.05) under bf16 autocast. ftopt trains
+/// it as the main job's LLM task does, with the fused linear cross-entropy over the hidden states
+/// (loss::fused_causal_lm); ftopt_adamw with torch's AdamW, ftopt_fused with optim::FusedAdamW.
+/// Python: transformers + PEFT, its loss over the logits, and the chunked loss over the hidden
+/// states (python_peer.py's ChunkedCausalLm).
 struct LlamaCase {
   using Trainer = ftopt::Trainer<ftopt::precision::Bf16Mixed, ftopt::peft::Lora>;
   template <class Optimizer>
   using Setup = ::Setup<Trainer, ftopt::models::Llama, Optimizer>;
 
+  explicit LlamaCase(std::string decoder = "llama") : options(decoder_options(decoder)) {}
+  ftopt::models::LlamaOptions options;
   torch::Tensor ids = torch::randint(100, 49000, {8, 256}, torch::kLong);
   std::pair<torch::Tensor, torch::Tensor> batch{ids, ids};
   ftopt::peft::Lora lora{{.r = 16, .alpha = 32, .dropout = 0.05,
                           .targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}};
-  static ftopt::models::Llama make() {
-    ftopt::models::Llama model(ftopt::models::LlamaOptions{});
-    model->output_hidden = true;
-    return model;
-  }
   static ftopt::LossFunction loss(ftopt::models::Llama& model) {
     return ftopt::loss::fused_causal_lm([m = model.ptr()] { return m->head_weight(); });
   }
   template <class Optimizer>
   std::unique_ptr<Setup<Optimizer>> setup() {
     torch::manual_seed(0);
+    auto make = [o = options] {
+      ftopt::models::Llama model(o);
+      model->output_hidden = true;
+      return model;
+    };
     return std::make_unique<Setup<Optimizer>>(make, lora, loss);
   }
 };
@@ -378,13 +403,13 @@ double status_kib(const std::string& key) {
 /// the resident set after the model, Trainer and optimizer are made and before the first step,
 /// then the peak resident set (VmHWM, its count restarted there) over three steps; the
 /// difference, and the tensor bytes ftopt's tracking allocator saw live at the step's peak.
-/// Prints "rss_MiB <x> tensor_peak_MiB <y>" (bench_llm_peer --llama-memory).
-int llama_memory_child() {
+/// Prints "rss_MiB <x> tensor_peak_MiB <y>" (bench_llm_peer --llama-memory DECODER).
+int llama_memory_child(const std::string& decoder) {
   at::set_num_threads(bench_threads());
   using ftopt::memory::PeakMemory;
   PeakMemory::reset();
   const auto before = PeakMemory::current();
-  LlamaCase c;
+  LlamaCase c(decoder);
   auto alone = c.setup<ftopt::optim::FusedAdamW>();
   const double resident = status_kib("VmRSS");
   std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM starts again from the resident set now
@@ -398,11 +423,13 @@ int llama_memory_child() {
   return 0;
 }
 
-void llama_bf16_lora(benchmark::State& state) {
+/// The LoRA step of decoder `decoder` ("llama": SmolLM2-135M's; "gemma3", "qwen2"), filed as
+/// `case_name` (python_peer.py's case).
+void decoder_bf16_lora(benchmark::State& state, const std::string& decoder, const std::string& case_name) {
   {  // the memory first, in a fresh process of this program
     // popen runs a shell, whose /proc/self/exe is the shell: this program's path is read first.
     const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
-    std::FILE* child = popen(("'" + self + "' --llama-memory").c_str(), "r");
+    std::FILE* child = popen(("'" + self + "' --llama-memory " + decoder).c_str(), "r");
     double rss = 0, tensors = 0;
     const bool read = child && std::fscanf(child, "rss_MiB %lf tensor_peak_MiB %lf", &rss, &tensors) == 2;
     if (child) pclose(child);
@@ -410,12 +437,15 @@ void llama_bf16_lora(benchmark::State& state) {
     state.counters["ftopt_rss_MiB"] = rss;
     state.counters["ftopt_tensor_peak_MiB"] = tensors;
   }
-  LlamaCase c;
+  LlamaCase c(decoder);
   auto plain = c.setup<torch::optim::AdamW>();
   auto fused = c.setup<ftopt::optim::FusedAdamW>();
-  compare(state, "llama_bf16_lora", true, 1, [&] { plain->step(c.batch); }, [&] { fused->step(c.batch); }, 0,
+  compare(state, case_name, true, 1, [&] { plain->step(c.batch); }, [&] { fused->step(c.batch); }, 0,
           /*rounds=*/3, /*chunked_loss=*/true);
 }
+void llama_bf16_lora(benchmark::State& state) { decoder_bf16_lora(state, "llama", "llama_bf16_lora"); }
+void gemma3_bf16_lora(benchmark::State& state) { decoder_bf16_lora(state, "gemma3", "gemma3_bf16_lora"); }
+void qwen2_bf16_lora(benchmark::State& state) { decoder_bf16_lora(state, "qwen2", "qwen2_bf16_lora"); }
 
 /// Greedy decoding with SmolLM2-135M's architecture (random weights: a step's time does not
 /// depend on them), float32, batch 1: a prompt of 128 tokens, then 64 new ones (no stop token, so
@@ -528,6 +558,8 @@ void vit_inference(benchmark::State& state) {
 #if FTOPT_LLM_PEER
 BENCHMARK(llama_generate)->Unit(benchmark::kMillisecond)->Iterations(6)->UseRealTime();
 BENCHMARK(llama_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
+BENCHMARK(gemma3_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
+BENCHMARK(qwen2_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
 #elif FTOPT_TEXT_PEER
 BENCHMARK(bert_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(8)->UseRealTime();
 BENCHMARK(bert_fp32_full)->Unit(benchmark::kMillisecond)->Iterations(4)->UseRealTime();
@@ -557,7 +589,7 @@ std::string python_versions() {
 
 int main(int argc, char** argv) {
 #if FTOPT_LLM_PEER
-  if (argc == 2 && std::string(argv[1]) == "--llama-memory") return llama_memory_child();
+  if (argc == 3 && std::string(argv[1]) == "--llama-memory") return llama_memory_child(argv[2]);
 #endif
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

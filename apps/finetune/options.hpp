@@ -29,6 +29,7 @@ struct Options {
   std::int64_t llm_heldout = 1024; ///< llm: held-out tokens for perplexity
   double llm_text_share = 0.25;    ///< llm: the share of each batch that is plain article text
   std::string llm_save;            ///< llm: save each row's adapter and merged model under this folder
+  std::string llm_chat_template;   ///< llm: the chat template by name (chatml, gemma3); default: the file's
   std::string model = "vit";
   std::string precision = "auto";  ///< auto: Bf16Mixed where the CPU has native bf16, else fp32
   std::int64_t epochs = 1;
@@ -156,9 +157,12 @@ inline Options parse(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--text-model", o.text_model, "bbc-news: a Hugging Face BERT folder (default: the installed all-MiniLM-L6-v2)");
   app.add_option("--text-data", o.text_data, "bbc-news: a folder of class folders of .txt files (default: the installed BBC News)");
-  app.add_option("--llm-model", o.llm_model, "llm: a GGUF file of a llama or qwen2 chat model with a ChatML template "
+  app.add_option("--llm-model", o.llm_model, "llm: a GGUF file of a llama, qwen2 or gemma3 model "
                  "(default: the installed SmolLM2-135M-Instruct Q4_1; the data folder's checkpoints/ has "
-                 "Qwen2.5-Coder-0.5B-Instruct Q4_K_M)");
+                 "Qwen2.5-Coder-0.5B-Instruct and Gemma 3 270M, both Q4_K_M)");
+  app.add_option("--chat-template", o.llm_chat_template, "llm: ask the questions in this chat template instead of "
+                 "the file's (a base model such as Gemma 3 270M ships none)")
+      ->check(CLI::IsMember({"chatml", "gemma3"}));
   app.add_option("--llm-steps", o.llm_steps, "llm: training steps per row")->check(detail::at_least(1))->capture_default_str();
   app.add_option("--llm-batch", o.llm_batch, "llm: articles per step")->check(detail::at_least(1))->capture_default_str();
   app.add_option("--llm-chars", o.llm_chars, "llm: characters of each article in its question")

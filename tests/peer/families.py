@@ -157,6 +157,57 @@ def merged_in_transformers(label, source, cls, input_ids, attention_mask, atol):
                atol=atol)
 
 
+# Gemma 3's instruction template (google/gemma-3-*-it's tokenizer_config.json) for text contents:
+# the 270M file is the base model and ships none; ftopt renders it by name (text::gemma_chat).
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}{%- set first_user_prefix = \"\" -%}{%- set loop_messages = messages -%}{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+    "{{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}"
+    "{%- endif -%}"
+    "{%- if (message['role'] == 'assistant') -%}{%- set role = \"model\" -%}"
+    "{%- else -%}{%- set role = message['role'] -%}{%- endif -%}"
+    "{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else \"\") }}"
+    "{{ message['content'] | trim }}"
+    "{{ '<end_of_turn>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}")
+
+
+def chat_templates(family, path, tokenizer, name, template):
+    """text::ChatTemplate `name` ("file": the one the GGUF ships) renders conversations (a system prompt, several turns, white space
+    to trim, BBC text) as transformers' apply_chat_template renders `template`, and
+    text::GgufTokenizer gives the rendering transformers' ids."""
+    article = articles[7][:500]
+    conversations = [
+        (True, [("user", "Which section of the BBC is this from?\n\n" + article)]),
+        (True, [("system", "Answer with one word."), ("user", "  " + article[:200] + " \n")]),
+        (False, [("user", "Hi"), ("assistant", "Hello! How can I help?"), ("user", "Summarise:\n" + article[:300]),
+                 ("assistant", "  A short summary.\n")]),
+        (True, [("system", "Be brief."), ("user", "2 + 2?"), ("assistant", "4"), ("user", "And 3 + 3?")]),
+    ]
+    with open(peer.path("conversations.jsonl"), "w", encoding="utf-8") as out:
+        for generation, messages in conversations:
+            out.write(json.dumps([generation] + [list(m) for m in messages]) + "\n")
+    peer.ftopt("chat", path, name, "conversations.jsonl")
+    with open(peer.path(f"chat.{name}.jsonl"), encoding="utf-8") as f:
+        mine = [json.loads(line) for line in f]
+    theirs = [tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages], chat_template=template,
+                                            tokenize=False, add_generation_prompt=generation)
+              for generation, messages in conversations]
+    peer.check(f"{family}: {len(theirs)} conversations rendered by text::ChatTemplate '{name}' equal to "
+               f"apply_chat_template's", mine == theirs,
+               "".join(f"\n       ftopt {a!r}\n       HF    {b!r}" for a, b in zip(mine, theirs) if a != b))
+    got = peer.load(f"chat.{name}.ftopt.safetensors")
+    expected = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in theirs]
+    peer.check(f"{family}: and their ids equal to transformers' tokenizer's",
+               got["ids"].tolist() == [i for e in expected for i in e] and got["lengths"].tolist() == [len(e) for e in expected])
+
+
 def random_folder(family, model):
     """A random model of `family` written by transformers' save_pretrained: ftopt reads its config
     and tensors and computes its logits on a right-padded batch longer than its sliding window;
@@ -206,6 +257,7 @@ for family in SENTENCEPIECE:
     peer.check(f"{family}: the prompt's ids equal to transformers' tokenizer's",
                got["prompt"].tolist() == tokenizer(prompt)["input_ids"])
     greedy(family, model, got, tokenizer.pad_token_id, tokenizer)
+    chat_templates(family, paths[family], tokenizer, "gemma3", GEMMA3_TEMPLATE)
     qlora_against_peft(family, paths[family], model, input_ids, attention_mask, logits, spread)  # adapts `model`
     del model
     merged_in_transformers(f"{family}-qlora-merged", paths[family], "Gemma3ForCausalLM", input_ids, attention_mask,
@@ -248,6 +300,7 @@ for family in FAMILIES:
     peer.check(f"{family}: its ids equal to transformers' tokenizer's",
                got["prompt"].tolist() == tokenizer(rendered)["input_ids"])
     greedy(family, model, got, pad, tokenizer)
+    chat_templates(family, path, tokenizer, "file", tokenizer.chat_template)  # ChatML, Qwen's system prompt
 
     qlora_against_peft(family, path, model, input_ids, attention_mask, logits, spread)
     del model

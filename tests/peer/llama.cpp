@@ -11,6 +11,11 @@
 //   sp-generate GGUF WORK             the text of generate.jsonl through text::SentencePieceBpe (<bos>
 //                                     first), then greedy decoding of exactly 32 tokens
 //                                     -> sp-generate.ftopt.safetensors {prompt, answer}
+//   chat GGUF TEMPLATE CONVERSATIONS WORK  each line of CONVERSATIONS ([add_generation_prompt,
+//                                     [role, content], ...]) rendered by text::ChatTemplate TEMPLATE
+//                                     (chatml, gemma3, or file: the one GGUF ships) -> chat.TEMPLATE.jsonl (the texts) and its
+//                                     ids by text::GgufTokenizer -> chat.TEMPLATE.ftopt.safetensors
+//                                     {ids, lengths}
 //   tensors GGUF WORK                 every tensor under transformers' names, dequantized to
 //                                     float32 -> tensors.ftopt.safetensors
 //   q4_1 GGUF WORK                    storage::Q4_1's blocks of q4_1.input.safetensors' "w" and, for every
@@ -69,6 +74,7 @@
 #include <ftopt/storage/q4_1.hpp>
 #include <ftopt/text/bpe_files.hpp>
 #include <ftopt/text/chat_template.hpp>
+#include <ftopt/text/gguf_tokenizer.hpp>
 #include <ftopt/text/sentencepiece.hpp>
 #include <ftopt/weights/gguf.hpp>
 
@@ -150,6 +156,32 @@ int main(int argc, char** argv) {
        out.insert("prompt", torch::tensor(ids, torch::kLong));
        out.insert("answer", torch::tensor(answer, torch::kLong));
        peer::save(work, "sp-generate.ftopt.safetensors", out);
+     }},
+    {"chat", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
+       // Each line of CONVERSATIONS: [add_generation_prompt, [role, content], ...] as JSON.
+       if (args.size() != 3) throw std::runtime_error("chat needs GGUF TEMPLATE CONVERSATIONS");
+       const weights::Gguf file(args[0]);
+       const text::GgufTokenizer tokenizer(file);
+       const auto chat = args[1] == "file" ? text::ChatTemplate::of(file.string("tokenizer.chat_template"))
+                                           : text::ChatTemplate::named(args[1]);
+       std::ifstream in(work / args[2], std::ios::binary);
+       std::ofstream rendered(work / ("chat." + args[1] + ".jsonl"), std::ios::binary);
+       std::vector<std::int64_t> ids, lengths;
+       for (std::string line; std::getline(in, line);) {
+         const auto j = nlohmann::json::parse(line);
+         std::vector<text::ChatMessage> messages;
+         for (std::size_t m = 1; m < j.size(); ++m)
+           messages.push_back({j[m][0].get<std::string>(), j[m][1].get<std::string>()});
+         const std::string prompt = chat.render(messages, j[0].get<bool>());
+         rendered << nlohmann::json(prompt).dump() << '\n';
+         const auto encoded = tokenizer.encode(prompt, "the conversation");
+         ids.insert(ids.end(), encoded.begin(), encoded.end());
+         lengths.push_back(static_cast<std::int64_t>(encoded.size()));
+       }
+       weights::StateDict out;
+       out.insert("ids", torch::tensor(ids, torch::kLong));
+       out.insert("lengths", torch::tensor(lengths, torch::kLong));
+       peer::save(work, "chat." + args[1] + ".ftopt.safetensors", out);
      }},
     {"tensors", [](const std::vector<std::string>& args, const std::filesystem::path& work) {
        if (args.size() != 1) throw std::runtime_error("tensors needs GGUF");

@@ -89,7 +89,7 @@ TEST_CASE("BPE files: a vocabulary of another kind is an error naming the file a
   const auto path = scratch.path / "model.gguf";
   tokenizer_gguf("llama", "default").write(path);
   CHECK_THAT(test::message_of([&] { text::bpe_from_gguf(weights::Gguf(path)); }),
-             Contains("model.gguf: tokenizer.ggml.model is 'llama', not 'gpt2' (byte-level BPE); a SentencePiece"));
+             Contains("model.gguf: tokenizer.ggml.model is 'llama', not 'gpt2' (byte-level BPE); read a SentencePiece"));
   tokenizer_gguf("gpt2", "deepseek-llm").write(path);
   CHECK_THAT(test::message_of([&] { text::bpe_from_gguf(weights::Gguf(path)); }),
              Contains("model.gguf: tokenizer.ggml.pre is 'deepseek-llm'; ftopt's byte-level BPE splits text as GPT-2"));

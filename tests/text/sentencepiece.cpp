@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <ftopt/text/gguf_tokenizer.hpp>
 #include <ftopt/text/sentencepiece.hpp>
 
 #include "../support.hpp"
@@ -96,4 +97,16 @@ TEST_CASE("SentencePieceBpe from a GGUF: its metadata, and what ftopt refuses", 
                       "without the leading"));
   CHECK_THAT(test::message_of([&] { text::sentencepiece_from_gguf(weights::Gguf(build("scoreless.gguf", false, false))); }),
              Contains("scoreless.gguf: the SentencePiece vocabulary has no tokenizer.ggml.scores"));
+  // text::GgufTokenizer takes the kind the file names; its encode adds no <bos> (templates write it).
+  const text::GgufTokenizer any(weights::Gguf(scratch.path / "good.gguf"));
+  CHECK(any.encode(" ab") == std::vector<std::int64_t>{17});
+  CHECK(any.adds_bos());
+  CHECK(any.bos_id() == 2);
+  CHECK(any.decode(std::vector<std::int64_t>{2, 17}, /*skip_special=*/true) == " ab");
+  test::GgufBuilder other;
+  other.string("general.architecture", "bert").string("tokenizer.ggml.model", "bert");
+  other.write(scratch.path / "bert.gguf");
+  CHECK_THAT(test::message_of([&] { text::GgufTokenizer(weights::Gguf(scratch.path / "bert.gguf")); }),
+             Contains("bert.gguf: tokenizer.ggml.model is 'bert'; ftopt reads 'gpt2' (byte-level BPE) and 'llama' "
+                      "(SentencePiece)"));
 }

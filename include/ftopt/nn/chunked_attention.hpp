@@ -10,7 +10,7 @@
 /// Gradients (P = softmax(S), O = P V, D = rowsum(dO * O)):
 ///   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D),  dQ = dS K / sqrt(d),  dK = dS^T Q / sqrt(d).
 /// Half-precision inputs: the products run in their dtype, the softmax and the accumulation of
-/// dK and dV in float32 (as compat::scaled_dot_product_attention's fp32 softmax island).
+/// dK and dV in float32 (as nn::scaled_dot_product_attention's fp32 softmax island).
 /// No attention dropout and no double backward. On LibTorch 2.x, at::scaled_dot_product_attention
 /// has fused kernels that do the same; this one is for 1.13 and for comparison.
 

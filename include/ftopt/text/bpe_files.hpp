@@ -50,7 +50,7 @@ inline ByteLevelBpe bpe_from_gguf(const weights::Gguf& file) {
   const std::string where = "text::ByteLevelBpe: " + file.path().string();
   const std::string model = file.string("tokenizer.ggml.model");
   check(model == "gpt2", where, ": tokenizer.ggml.model is '", model, "', not 'gpt2' (byte-level BPE)",
-        model == "llama" ? "; a SentencePiece vocabulary is not one ftopt reads" : "");
+        model == "llama" ? "; read a SentencePiece vocabulary with text::sentencepiece_from_gguf (or text::GgufTokenizer)" : "");
   BpeVocabulary v;
   v.tokens = file.strings("tokenizer.ggml.tokens");
   v.merges = file.strings("tokenizer.ggml.merges");
