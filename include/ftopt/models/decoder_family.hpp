@@ -15,12 +15,13 @@
 ///                           GgufRows::InterleavedRotary (llama: q/k rows of each head
 ///                           interleaved) or GgufRows::NormsPlusOne (Gemma: every norm stored as 1 + w)
 ///   lora_targets            the projections PEFT's recipes target for it
-///   read_config(c, get, o)  its config.json fields beyond the shared ones (decoder_config_common)
+///   read_config(c, get, where, o)  its config.json (the shared fields through read_decoder_config)
 ///   read_gguf(file, o)      its GGUF metadata beyond the shared keys
 ///   write_config(o, c)      config.json as transformers writes it for the family (errors name
 ///                           the options its config cannot hold)
 ///   holds(o)                whether options describe one of its models (save_llama asks)
 ///
+/// The SwiGLU families derive what they share from SiluDecoderFamily (below).
 /// docs/architecture.md ("Add a model family") walks through adding one.
 
 #include <array>
@@ -31,6 +32,7 @@
 
 #include <ftopt/error.hpp>
 #include <ftopt/models/llama.hpp>
+#include <ftopt/weights/gguf.hpp>
 
 namespace ftopt::models {
 
@@ -99,15 +101,6 @@ Json rope_json(double theta, const std::optional<Llama3RopeScaling>& scaling) {
   return rope;
 }
 
-/// The rope of a config whose layers share one (llama, qwen2, mistral): rope_parameters, or the
-/// older rope_theta and rope_scaling.
-template <class Json, class Get>
-void read_shared_rope(const Json& c, const Get& get, const std::string& where, LlamaOptions& o) {
-  o.rope_theta = get(c, "rope_theta", 10000.0);
-  for (const char* key : {"rope_parameters", "rope_scaling"})
-    if (c.contains(key) && !c[key].is_null()) return read_rope(c[key], get, where, key, o.rope_theta, o.rope_scaling);
-}
-
 /// config.json fields every decoder family shares, as transformers' configs name them;
 /// `tied_by_default`: tie_word_embeddings where the file leaves it out (the family's config class
 /// default).
@@ -150,11 +143,31 @@ inline bool has_gemma_parts(const LlamaOptions& o) {
          o.activation != GateActivation::Silu || o.query_pre_attn_scalar > 0;
 }
 
-/// The hidden_act a SiLU family's config names: silu, or an error naming what it holds.
-template <class Json, class Get>
-void require_silu(const Json& c, const Get& get, const std::string& where) {
-  const std::string act = get(c, "hidden_act", std::string("silu"));
-  check(act == "silu", where, ": hidden_act is '", act, "'; models::Llama's MLP is SwiGLU (silu)");
-}
+/// What the SwiGLU families (Llama, Mistral, Qwen2) share, for them to derive from: llama.cpp's
+/// llama table, the seven projections as LoRA targets, no GGUF keys of their own, and the
+/// config.json fields they read and write alike (hidden_act silu, one rope for every layer).
+struct SiluDecoderFamily {
+  static constexpr auto gguf_layer_tensors = llama_layer_tensors;
+  static constexpr auto lora_targets = decoder_projections;
+  static void read_gguf(const weights::Gguf&, LlamaOptions&) {}
+
+  template <class Json, class Get>
+  static void read_silu_config(const Json& c, const Get& get, const std::string& where, LlamaOptions& o) {
+    read_decoder_config(c, get, /*tied_by_default=*/false, o);
+    const std::string act = get(c, "hidden_act", std::string("silu"));
+    check(act == "silu", where, ": hidden_act is '", act, "'; models::Llama's MLP is SwiGLU (silu)");
+    o.rope_theta = get(c, "rope_theta", 10000.0);
+    for (const char* key : {"rope_parameters", "rope_scaling"})
+      if (c.contains(key) && !c[key].is_null()) return read_rope(c[key], get, where, key, o.rope_theta, o.rope_scaling);
+  }
+
+  template <class Json>
+  static void write_silu_config(const LlamaOptions& o, std::string_view hf_class, std::string_view model_type,
+                                Json& c) {
+    write_decoder_config(o, hf_class, model_type, c);
+    c["hidden_act"] = "silu";
+    c["rope_parameters"] = rope_json<Json>(o.rope_theta, o.rope_scaling);
+  }
+};
 
 } // namespace ftopt::models

@@ -13,29 +13,22 @@
 
 #include <ftopt/error.hpp>
 #include <ftopt/models/decoder_family.hpp>
-#include <ftopt/weights/gguf.hpp>
 
 namespace ftopt::models::families {
 
-struct Mistral {
+struct Mistral : SiluDecoderFamily {
   static constexpr std::string_view name = "mistral";
   static constexpr std::string_view hf_class = "MistralForCausalLM";
   static constexpr std::array<std::string_view, 1> model_types = {"mistral"};
   static constexpr std::string_view gguf_architecture = "";
-  static constexpr auto gguf_layer_tensors = llama_layer_tensors;
   static constexpr GgufRows gguf_rows = GgufRows::InterleavedRotary;
-  static constexpr auto lora_targets = decoder_projections;
 
   template <class Json, class Get>
   static void read_config(const Json& c, const Get& get, const std::string& where, LlamaOptions& o) {
-    read_decoder_config(c, get, /*tied_by_default=*/false, o);
-    require_silu(c, get, where);
-    read_shared_rope(c, get, where, o);
+    read_silu_config(c, get, where, o);
     o.sliding_window = get(c, "sliding_window", std::int64_t{0});
     if (o.sliding_window > 0) o.sliding_layers.assign(static_cast<std::size_t>(o.layers), true);
   }
-
-  static void read_gguf(const weights::Gguf&, LlamaOptions&) {}
 
   /// Every layer sliding; a Mistral without a window is a Llama and is saved as one.
   static bool holds(const LlamaOptions& o) {
@@ -47,10 +40,8 @@ struct Mistral {
   static void write_config(const LlamaOptions& o, Json& c) {
     check(!o.qkv_bias && !o.o_bias && !o.mlp_bias, "models::save_llama: a sliding window on every layer is "
           "MistralConfig's, whose layers have no biases, but the options have some");
-    write_decoder_config(o, hf_class, name, c);
-    c["hidden_act"] = "silu";
+    write_silu_config(o, hf_class, name, c);
     c["sliding_window"] = o.sliding_window;
-    c["rope_parameters"] = rope_json<Json>(o.rope_theta, o.rope_scaling);
   }
 };
 

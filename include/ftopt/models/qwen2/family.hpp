@@ -8,30 +8,23 @@
 
 #include <ftopt/error.hpp>
 #include <ftopt/models/decoder_family.hpp>
-#include <ftopt/weights/gguf.hpp>
 
 namespace ftopt::models::families {
 
-struct Qwen2 {
+struct Qwen2 : SiluDecoderFamily {
   static constexpr std::string_view name = "qwen2";
   static constexpr std::string_view hf_class = "Qwen2ForCausalLM";
   static constexpr std::array<std::string_view, 1> model_types = {"qwen2"};
   static constexpr std::string_view gguf_architecture = "qwen2";
-  static constexpr auto gguf_layer_tensors = llama_layer_tensors;
   static constexpr GgufRows gguf_rows = GgufRows::AsIs;
-  static constexpr auto lora_targets = decoder_projections;
 
   template <class Json, class Get>
   static void read_config(const Json& c, const Get& get, const std::string& where, LlamaOptions& o) {
-    read_decoder_config(c, get, /*tied_by_default=*/false, o);
-    require_silu(c, get, where);
-    read_shared_rope(c, get, where, o);
+    read_silu_config(c, get, where, o);
     check(!get(c, "use_sliding_window", false), where, ": use_sliding_window is true; models::Llama reads Qwen2 "
           "checkpoints that attend to every earlier token (use_sliding_window false, as Qwen2.5's are)");
     o.qkv_bias = true;
   }
-
-  static void read_gguf(const weights::Gguf&, LlamaOptions&) {}
 
   static bool holds(const LlamaOptions& o) { return !has_gemma_parts(o) && !o.any_sliding() && o.qkv_bias && !o.o_bias; }
 
@@ -39,10 +32,8 @@ struct Qwen2 {
   static void write_config(const LlamaOptions& o, Json& c) {
     check(!o.mlp_bias, "models::save_llama: q/k/v biases without o_proj's are Qwen2's, whose MLP has no biases, "
           "but mlp_bias is set");
-    write_decoder_config(o, hf_class, name, c);
-    c["hidden_act"] = "silu";
+    write_silu_config(o, hf_class, name, c);
     c["use_sliding_window"] = false;
-    c["rope_parameters"] = rope_json<Json>(o.rope_theta, o.rope_scaling);
   }
 };
 
