@@ -6,6 +6,9 @@
 //   FTOPT_BENCH_THREADS=2 build/benchmarks/bench_python_peer
 //       --benchmark_out=python_peer.json --benchmark_out_format=json     (scripts/bench.sh runs it)
 //   ./scripts/bench.sh text_peer        (bench_text_peer: the all-MiniLM-L6-v2 cases)
+//   ./scripts/bench.sh llm_peer         (bench_llm_peer: SmolLM2-135M's LoRA step and generation)
+//   ./scripts/bench.sh llm_families     (bench_llm_families: Gemma 3 270M's and Qwen2.5-0.5B's
+//                                        LoRA steps, and the loss over Gemma's 262,144-token head)
 //
 // Cases: the d-256 ViT (6 blocks, 4 heads, MLP 1024, 4x4 patches of 28x28 images = 50 tokens,
 // batch 128, AdamW) in fp32, under bf16 autocast, and under bf16 with LoRA r 8 on query and
@@ -444,6 +447,37 @@ void decoder_bf16_lora(benchmark::State& state, const std::string& decoder, cons
           /*rounds=*/3, /*chunked_loss=*/true);
 }
 void llama_bf16_lora(benchmark::State& state) { decoder_bf16_lora(state, "llama", "llama_bf16_lora"); }
+
+/// The loss and its gradients over Gemma 3's head (262,144 x 640, random) for 8 x 256 tokens under
+/// bf16 autocast: the logits made whole then loss::causal_lm (transformers' ForCausalLMLoss),
+/// against loss::fused_causal_lm, which never forms them. Counters: whole_us, fused_us,
+/// <name>_peak_MiB (the step's peak above what was live: the hidden states and the head),
+/// peak_share (fused's over whole's). bench_memory's BM_FusedLinearCrossEntropy is SmolLM2's.
+void gemma3_fused_loss(benchmark::State& state) {
+  at::set_num_threads(bench_threads());
+  torch::manual_seed(0);
+  const auto head = torch::randn({262144, 640}) * 0.02;
+  const auto hidden = torch::randn({8, 256, 640}).requires_grad_(true);
+  const auto labels = torch::randint(0, 262144, {8, 256});
+  const auto fused = ftopt::loss::fused_causal_lm([&] { return head; });
+  auto under_bf16 = [&](auto&& loss) {
+    return [&, loss] {
+      at::Tensor value;
+      {
+        ftopt::compat::AutocastScope autocast(c10::DeviceType::CPU, at::kBFloat16);
+        value = loss();
+      }
+      value.backward();  // as the Trainer does: the backward outside the autocast scope
+      hidden.mutable_grad().reset();
+    };
+  };
+  std::vector<ftopt::bench::Contender> contenders = {
+      {"whole", under_bf16([&] { return ftopt::loss::causal_lm(at::linear(hidden, head), labels); })},
+      {"fused", under_bf16([&] { return fused(hidden, labels); })}};
+  ftopt::bench::side_by_side(state, contenders, 1);
+  ftopt::bench::record_peaks(state, contenders);
+  state.counters["peak_share"] = state.counters["fused_peak_MiB"] / state.counters["whole_peak_MiB"];
+}
 void gemma3_bf16_lora(benchmark::State& state) { decoder_bf16_lora(state, "gemma3", "gemma3_bf16_lora"); }
 void qwen2_bf16_lora(benchmark::State& state) { decoder_bf16_lora(state, "qwen2", "qwen2_bf16_lora"); }
 
@@ -558,6 +592,8 @@ void vit_inference(benchmark::State& state) {
 #if FTOPT_LLM_PEER
 BENCHMARK(llama_generate)->Unit(benchmark::kMillisecond)->Iterations(6)->UseRealTime();
 BENCHMARK(llama_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
+#elif FTOPT_LLM_FAMILIES
+BENCHMARK(gemma3_fused_loss)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK(gemma3_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
 BENCHMARK(qwen2_bf16_lora)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
 #elif FTOPT_TEXT_PEER
@@ -588,7 +624,7 @@ std::string python_versions() {
 }
 
 int main(int argc, char** argv) {
-#if FTOPT_LLM_PEER
+#if FTOPT_LLM_PEER || FTOPT_LLM_FAMILIES
   if (argc == 3 && std::string(argv[1]) == "--llama-memory") return llama_memory_child(argv[2]);
 #endif
   benchmark::Initialize(&argc, argv);

@@ -132,7 +132,14 @@ TEST_CASE("Ggml: blocks of any type ftopt reads held as they are, each with its 
     CHECK(packed.data.data_ptr() == raw.data_ptr());  // a view of the bytes, not a copy
     CHECK(packed.bytes() == static_cast<std::int64_t>(raw.nbytes()));
     CHECK(packed.block_type == static_cast<std::uint32_t>(t));
-    CHECK(torch::equal(storage::Ggml::dequantize(packed, at::kFloat), storage::ggml::dequantize(raw, t, {4, 512}, at::kFloat)));
+    const at::Tensor values = storage::Ggml::dequantize(packed, at::kFloat);
+    CHECK(torch::equal(values, storage::ggml::dequantize(raw, t, {4, 512}, at::kFloat)));
+    // bf16 and fp16 written block by block: each value rounded once, as float32's .to() rounds it.
+    for (const auto dtype : {at::kBFloat16, at::kHalf}) {
+      const at::Tensor low = storage::ggml::dequantize(raw, t, {4, 512}, dtype);
+      CHECK(low.scalar_type() == dtype);
+      CHECK(torch::equal(low, values.to(dtype)));
+    }
     CHECK(storage::Ggml::keeps(t));
     const auto format = storage::format_of(t);
     format.validate();

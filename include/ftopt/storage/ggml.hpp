@@ -31,6 +31,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -110,12 +111,24 @@ inline float half_at(const std::uint8_t* p) {
   return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
 }
 
-/// Dequantizes `blocks` blocks at `in` into `out`, block by block, in parallel.
-template <class Block>
-void for_blocks(const std::uint8_t* in, float* out, std::int64_t blocks, std::int64_t block_bytes,
+/// Dequantizes `blocks` blocks at `in` into `out`, block by block, in parallel: `block` writes a
+/// block's floats, straight into a float `out`, or for bf16 and fp16 into a block on the stack
+/// that is rounded into `out` (as a float result's .to(dtype) rounds each value: the same bits,
+/// in one pass over the output).
+template <class Out, class Block>
+void for_blocks(const std::uint8_t* in, Out* out, std::int64_t blocks, std::int64_t block_bytes,
                 std::int64_t block_values, Block block) {
   at::parallel_for(0, blocks, 1024, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t b = begin; b < end; ++b) block(in + b * block_bytes, out + b * block_values);
+    float values[256];  // the largest block (Q4_K, Q6_K)
+    for (std::int64_t b = begin; b < end; ++b) {
+      if constexpr (std::is_same_v<Out, float>) {
+        block(in + b * block_bytes, out + b * block_values);
+      } else {
+        block(in + b * block_bytes, values);
+        Out* o = out + b * block_values;
+        for (std::int64_t j = 0; j < block_values; ++j) o[j] = static_cast<Out>(values[j]);
+      }
+    }
   });
 }
 
@@ -198,6 +211,11 @@ inline void q4_k_scale_min(int j, const std::uint8_t* q, int& scale, int& min) {
 }
 } // namespace detail
 
+namespace detail {
+template <class Out>
+void dequantize_blocks(const std::uint8_t* p, Type type, std::int64_t blocks, Out* o);
+} // namespace detail
+
 /// The float values of `bytes` (uint8, contiguous, on the CPU), a tensor of ggml type `type` and
 /// torch shape `shape` (outermost first; the last dimension runs along the blocks), as `dtype`.
 inline at::Tensor dequantize(const at::Tensor& bytes, Type type, at::IntArrayRef shape, at::ScalarType dtype) {
@@ -219,49 +237,60 @@ inline at::Tensor dequantize(const at::Tensor& bytes, Type type, at::IntArrayRef
   case Type::BF16: return in.view(at::kBFloat16).view(shape).to(dtype, false, true);
   default: break;
   }
-  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
-  float* o = out.data_ptr<float>();
+  // The blocks written in `dtype` where it is a float type, else in float32 and converted.
+  const bool direct = dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf;
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(direct ? dtype : at::kFloat));
   const std::int64_t blocks = numel / kind->block_values;
+  if (dtype == at::kBFloat16) detail::dequantize_blocks(p, type, blocks, out.data_ptr<at::BFloat16>());
+  else if (dtype == at::kHalf) detail::dequantize_blocks(p, type, blocks, out.data_ptr<at::Half>());
+  else detail::dequantize_blocks(p, type, blocks, out.data_ptr<float>());
+  return direct ? out : out.to(dtype);
+}
+
+namespace detail {
+/// `blocks` blocks of ggml type `type` at `p` into `o`, in its element type (float, bf16, fp16).
+template <class Out>
+void dequantize_blocks(const std::uint8_t* p, Type type, std::int64_t blocks, Out* o) {
   if (type == Type::Q8_0) {
-    detail::for_blocks(p, o, blocks, 34, 32, [](const std::uint8_t* b, float* w) {
-      const float d = detail::half_at(b);
+    for_blocks(p, o, blocks, 34, 32, [](const std::uint8_t* b, float* w) {
+      const float d = half_at(b);
       for (int j = 0; j < 32; ++j) w[j] = d * static_cast<float>(static_cast<std::int8_t>(b[2 + j]));
     });
   } else if (type == Type::Q4_0) {
-    detail::for_blocks(p, o, blocks, 18, 32, [](const std::uint8_t* b, float* w) {
-      const float d = detail::half_at(b);
+    for_blocks(p, o, blocks, 18, 32, [](const std::uint8_t* b, float* w) {
+      const float d = half_at(b);
       for (int j = 0; j < 16; ++j) {
         w[j] = d * static_cast<float>((b[2 + j] & 0x0F) - 8);
         w[j + 16] = d * static_cast<float>((b[2 + j] >> 4) - 8);
       }
     });
   } else if (type == Type::Q4_1) {
-    detail::for_blocks(p, o, blocks, 20, 32, [](const std::uint8_t* b, float* w) {
-      const float d = detail::half_at(b), m = detail::half_at(b + 2);
+    for_blocks(p, o, blocks, 20, 32, [](const std::uint8_t* b, float* w) {
+      const float d = half_at(b), m = half_at(b + 2);
       for (int j = 0; j < 16; ++j) {
         w[j] = d * static_cast<float>(b[4 + j] & 0x0F) + m;
         w[j + 16] = d * static_cast<float>(b[4 + j] >> 4) + m;
       }
     });
   } else if (type == Type::Q5_0) {
-    detail::for_blocks(p, o, blocks, 22, 32, [](const std::uint8_t* b, float* w) {
-      detail::q5_values(b + 2, b + 6, detail::half_at(b), 16, 0.0f, w);
+    for_blocks(p, o, blocks, 22, 32, [](const std::uint8_t* b, float* w) {
+      q5_values(b + 2, b + 6, half_at(b), 16, 0.0f, w);
     });
   } else if (type == Type::Q5_1) {
-    detail::for_blocks(p, o, blocks, 24, 32, [](const std::uint8_t* b, float* w) {
-      detail::q5_values(b + 4, b + 8, detail::half_at(b), 0, detail::half_at(b + 2), w);
+    for_blocks(p, o, blocks, 24, 32, [](const std::uint8_t* b, float* w) {
+      q5_values(b + 4, b + 8, half_at(b), 0, half_at(b + 2), w);
     });
   } else if (type == Type::Q4_K) {
     // Four groups of 64 values: 32 bytes of nibbles each, low nibbles for sub-block 2g, high for 2g + 1.
-    detail::for_blocks(p, o, blocks, 144, 256, [](const std::uint8_t* b, float* w) {
-      const float d = detail::half_at(b), dmin = detail::half_at(b + 2);
+    for_blocks(p, o, blocks, 144, 256, [](const std::uint8_t* b, float* w) {
+      const float d = half_at(b), dmin = half_at(b + 2);
       const std::uint8_t* scales = b + 4;
       const std::uint8_t* q = b + 16;
       for (int g = 0; g < 4; ++g, q += 32, w += 64) {
         int sc = 0, m = 0;
-        detail::q4_k_scale_min(2 * g, scales, sc, m);
+        q4_k_scale_min(2 * g, scales, sc, m);
         const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-        detail::q4_k_scale_min(2 * g + 1, scales, sc, m);
+        q4_k_scale_min(2 * g + 1, scales, sc, m);
         const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
         for (int l = 0; l < 32; ++l) {
           w[l] = d1 * static_cast<float>(q[l] & 0xF) - m1;
@@ -270,8 +299,8 @@ inline at::Tensor dequantize(const at::Tensor& bytes, Type type, at::IntArrayRef
       }
     });
   } else {  // Q6_K: two halves of 128 values: 64 bytes of low nibbles, 32 of high pairs, 8 scales
-    detail::for_blocks(p, o, blocks, 210, 256, [](const std::uint8_t* b, float* w) {
-      const float d = detail::half_at(b + 208);
+    for_blocks(p, o, blocks, 210, 256, [](const std::uint8_t* b, float* w) {
+      const float d = half_at(b + 208);
       const std::uint8_t* ql = b;
       const std::uint8_t* qh = b + 128;
       const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192);
@@ -290,8 +319,8 @@ inline at::Tensor dequantize(const at::Tensor& bytes, Type type, at::IntArrayRef
       }
     });
   }
-  return dtype == at::kFloat ? out : out.to(dtype);
 }
+} // namespace detail
 
 /// `weight` (any float dtype, [..., in] with in a multiple of 32) in ggml blocks of `type` (one
 /// of writable_types), as uint8 [rows, in / 32 * block bytes], rows being every dimension but the last.
