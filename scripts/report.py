@@ -15,7 +15,8 @@ A document asks for a table with a pair of markers, and this script fills in wha
 
 TABLE is one of the renderers below (python_peer.training, python_peer.inference,
 python_peer.compile, text_peer.training, text_peer.compile, llm_peer.training, llm_peer.compile,
-llm_peer.memory, llm_peer.generate, finetune.text, finetune.llm, readme.measured,
+llm_peer.memory, llm_peer.generate, llm_families.training, llm_families.compile, llm_families.loss,
+finetune.text, finetune.llm, readme.measured,
 profile.<name>, bench.<name>); MACHINE a folder of benchmarks/results (`readme.measured` takes
 `*`: every machine, one row each).
 
@@ -165,6 +166,8 @@ TRAINING_CASES = [
     ("bert_bf16_lora", "all-MiniLM-L6-v2, bf16 + LoRA(q, v)"),
     ("bert_fp32_full", "all-MiniLM-L6-v2, fp32, full"),
     ("llama_bf16_lora", "SmolLM2-135M, bf16 + LoRA r 16 (7 projections), 8 x 256 tokens"),
+    ("gemma3_bf16_lora", "Gemma 3 270M, bf16 + LoRA r 16 (7 projections), 8 x 256 tokens"),
+    ("qwen2_bf16_lora", "Qwen2.5-0.5B, bf16 + LoRA r 16 (7 projections), 8 x 256 tokens"),
 ]
 # The Python ways, as bench_python_peer names their counters (py_<attention>_<optimizer>_<mode>,
 # and _chunked where the loss is computed from the hidden states in chunks; a model without
@@ -369,6 +372,21 @@ def render_llm_peer_memory(machine):
     return "\n".join(lines) + "\n"
 
 
+def render_llm_families_loss(machine):
+    """The loss and its gradients over Gemma 3's 262,144-token head (bench_llm_families'
+    gemma3_fused_loss): the logits made whole against the fused loss, time and the peak above what
+    was live."""
+    data, e = run_of(machine, "llm_families", "gemma3_fused_loss")
+    return "\n".join([
+        f"Machine: {machine_line(data['context'])}.", "",
+        "| Gemma 3's head (262,144 x 640), 8 x 256 tokens, bf16 autocast, forward + backward | time | peak above "
+        "the live tensors, MiB |", "|---|---|---|",
+        f"| logits made whole, then loss::causal_lm (transformers' loss) | {ms(e['whole_us'] / 1e3)} | "
+        f"{e['whole_peak_MiB']:.0f} |",
+        f"| loss::fused_causal_lm | {ms(e['fused_us'] / 1e3)} | {e['fused_peak_MiB']:.0f} "
+        f"(**{e['peak_share'] * 100:.1f}%** of the whole logits') |"]) + "\n"
+
+
 def render_llm_peer_generate(machine):
     """Greedy decoding: ftopt's generate against transformers' generate."""
     data, e = run_of(machine, "llm_peer", "llama_generate")
@@ -518,6 +536,12 @@ def render_table(table, machine):
         return render_llm_peer_memory(machine)
     if table == "llm_peer.generate":
         return render_llm_peer_generate(machine)
+    if table == "llm_families.training":
+        return render_python_peer_training(machine, "llm_families")
+    if table == "llm_families.compile":
+        return render_python_peer_compile(machine, "llm_families")
+    if table == "llm_families.loss":
+        return render_llm_families_loss(machine)
     if table == "finetune.text":
         return render_finetune_text(machine)
     if table == "finetune.llm":
