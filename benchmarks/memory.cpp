@@ -213,17 +213,7 @@ void BM_FusedLinearCrossEntropy(benchmark::State& state) {
   const auto labels = torch::randint(0, 49152, {8, 256});
   const auto fused = ftopt::loss::fused_causal_lm([&] { return head; });
   const auto fused_256 = ftopt::loss::fused_causal_lm([&] { return head; }, 256);
-  auto under_bf16 = [&](auto&& loss) {
-    return [&, loss] {
-      at::Tensor value;
-      {
-        ftopt::compat::AutocastScope autocast(c10::DeviceType::CPU, at::kBFloat16);
-        value = loss();
-      }
-      value.backward();  // as the Trainer does: the backward outside the autocast scope
-      hidden.mutable_grad().reset();
-    };
-  };
+  auto under_bf16 = [&](auto&& loss) { return ftopt::bench::bf16_loss_step(hidden, loss); };
   std::vector<ftopt::bench::Contender> contenders = {
       {"whole", under_bf16([&] { return ftopt::loss::causal_lm(at::linear(hidden, head), labels); })},
       {"fused", under_bf16([&] { return fused(hidden, labels); })},

@@ -460,17 +460,7 @@ void gemma3_fused_loss(benchmark::State& state) {
   const auto hidden = torch::randn({8, 256, 640}).requires_grad_(true);
   const auto labels = torch::randint(0, 262144, {8, 256});
   const auto fused = ftopt::loss::fused_causal_lm([&] { return head; });
-  auto under_bf16 = [&](auto&& loss) {
-    return [&, loss] {
-      at::Tensor value;
-      {
-        ftopt::compat::AutocastScope autocast(c10::DeviceType::CPU, at::kBFloat16);
-        value = loss();
-      }
-      value.backward();  // as the Trainer does: the backward outside the autocast scope
-      hidden.mutable_grad().reset();
-    };
-  };
+  auto under_bf16 = [&](auto&& loss) { return ftopt::bench::bf16_loss_step(hidden, loss); };
   std::vector<ftopt::bench::Contender> contenders = {
       {"whole", under_bf16([&] { return ftopt::loss::causal_lm(at::linear(hidden, head), labels); })},
       {"fused", under_bf16([&] { return fused(hidden, labels); })}};

@@ -12,6 +12,9 @@
 
 #include <benchmark/benchmark.h>
 
+#include <ATen/ATen.h>
+
+#include <ftopt/detail/compat.hpp>
 #include <ftopt/memory/support/peak.hpp>
 
 namespace ftopt::bench {
@@ -95,6 +98,21 @@ inline double peak_mib(const std::function<void()>& step) {
 /// One more step of each contender, measured: counters <name>_peak_MiB.
 inline void record_peaks(benchmark::State& state, const std::vector<Contender>& contenders) {
   for (const auto& c : contenders) state.counters[c.name + "_peak_MiB"] = peak_mib(c.step);
+}
+
+/// A contender's step for a loss over `hidden`: the loss under CPU bf16 autocast, its backward
+/// outside the scope (as the Trainer runs it), hidden's gradient dropped after.
+template <class Loss>
+std::function<void()> bf16_loss_step(const at::Tensor& hidden, Loss loss) {
+  return [hidden, loss] {
+    at::Tensor value;
+    {
+      ftopt::compat::AutocastScope autocast(c10::DeviceType::CPU, at::kBFloat16);
+      value = loss();
+    }
+    value.backward();
+    hidden.mutable_grad().reset();
+  };
 }
 
 } // namespace ftopt::bench
